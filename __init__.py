@@ -1,0 +1,1 @@
+"""mmspec: speculative, Jacobi and parallel decoding for AR generators."""

@@ -1,0 +1,197 @@
+"""`mmspec bench`: plain AR and a plugin on the same model, inputs, seeds and device, in one process.
+
+The JSON written here is a contract that later tools parse; keep its keys stable:
+plugin, model, device, num_samples, batch_size, seed, lossless, settings, config,
+baseline{nfe_per_sample, latency_s_per_sample, quality{}},
+accelerated{nfe_per_sample, latency_s_per_sample, mean_accepted, acceptance_per_position[], quality{}},
+step_compression, speedup, exact_match_rate (null unless greedy), peer (null or {...}).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from .registry import get_plugin_class, list_plugins, parse_value
+
+DEFAULT_NUM_SAMPLES = 16
+
+
+def split_settings(pipeline, plugin_cls, settings: dict) -> tuple[dict, dict]:
+    """Split `--set` values into pipeline call settings and plugin config."""
+    call = dict(getattr(pipeline, "call_defaults", {}))
+    config_fields = set(getattr(plugin_cls.Config, "__dataclass_fields__", {}))
+    config = {}
+    for key, value in settings.items():
+        if key in call:
+            call[key] = value
+        elif key in config_fields:
+            config[key] = value
+        else:
+            raise ValueError(f"unknown --set key {key!r}; pipeline settings: {sorted(call)}, "
+                             f"plugin {plugin_cls.name!r} config: {sorted(config_fields)}")
+    return call, config
+
+
+def _timed_run(pipeline, inputs, batch_size, seed, call):
+    start = time.perf_counter()
+    sequences, stats = pipeline.bench_generate(inputs, batch_size, seed, call)
+    return sequences, stats, time.perf_counter() - start
+
+
+def _summary(stats, latency, num_samples, quality) -> dict:
+    return {"nfe_per_sample": stats.nfe_per_sample, "latency_s_per_sample": latency / num_samples,
+            "tokens_per_sample": stats.tokens / num_samples, "mean_accepted": stats.mean_accepted,
+            "acceptance_per_position": stats.acceptance_per_position, "target_nfe": stats.target_nfe,
+            "drafter_nfe": stats.drafter_nfe, "time_split_s": {"draft": stats.time_draft_s,
+                                                               "verify": stats.time_verify_s,
+                                                               "accept": stats.time_accept_s},
+            "quality": quality}
+
+
+def _exact_match(a: list[list[int]], b: list[list[int]]) -> float:
+    return sum(x == y for x, y in zip(a, b)) / max(1, len(a))
+
+
+def run_bench(plugin: str, model: str | None = None, num_samples: int | None = None, batch_size: int = 1,
+              seed: int = 0, device: str = "cpu", settings: dict | None = None, progress=print) -> dict:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if num_samples is not None and num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    plugin_cls = get_plugin_class(plugin)
+    baseline_cls = get_plugin_class("ar")
+    pipeline = plugin_cls.default_pipeline(model=model, device=device)
+    call, config = split_settings(pipeline, plugin_cls, settings or {})
+    accelerated = plugin_cls(**config)
+    num_samples = num_samples or getattr(pipeline, "bench_num_samples", DEFAULT_NUM_SAMPLES)
+    inputs = pipeline.bench_inputs(num_samples, seed)
+    greedy = call.get("temperature", 0.0) == 0
+
+    # Warm both paths up on one input so one-off costs do not land on either side.
+    for strategy in (baseline_cls(), accelerated):
+        strategy.attach(pipeline)
+        pipeline.bench_generate(inputs[:1], 1, seed, call)
+
+    progress(f"[bench] {plugin}: baseline ar on {num_samples} samples")
+    baseline_cls().attach(pipeline)
+    base_seq, base_stats, base_time = _timed_run(pipeline, inputs, batch_size, seed, call)
+    progress(f"[bench] {plugin}: accelerated")
+    accelerated.attach(pipeline)
+    acc_seq, acc_stats, acc_time = _timed_run(pipeline, inputs, batch_size, seed, call)
+    peer = accelerated.bench_peer(pipeline, inputs, call)
+    if peer is not None:
+        peer_seq = peer.pop("sequences", None)
+        if peer_seq is not None and greedy:
+            peer["exact_match_rate_vs_ar"] = _exact_match(peer_seq, base_seq)
+
+    result = {
+        "plugin": plugin,
+        "model": getattr(pipeline, "model_name", model) or model,
+        "device": device,
+        "num_samples": num_samples,
+        "batch_size": batch_size,
+        "seed": seed,
+        "lossless": bool(plugin_cls.lossless),
+        "settings": call,
+        "config": asdict(accelerated.config),
+        "baseline": _summary(base_stats, base_time, num_samples, pipeline.bench_quality(inputs, base_seq)),
+        "accelerated": _summary(acc_stats, acc_time, num_samples, pipeline.bench_quality(inputs, acc_seq)),
+        "step_compression": base_stats.nfe_per_sample / max(acc_stats.nfe_per_sample, 1e-9),
+        "speedup": base_time / max(acc_time, 1e-9),
+        "exact_match_rate": _exact_match(acc_seq, base_seq) if greedy else None,
+        "peer": peer,
+        "environment": {"torch": torch.__version__, "python": platform.python_version(),
+                        "threads": torch.get_num_threads(),
+                        "gpu": torch.cuda.get_device_name() if device == "cuda" else None},
+    }
+    return result
+
+
+def format_table(results: list[dict]) -> str:
+    head = ("| plugin | model | lossless | batch | mean accepted | NFE/sample (AR → plugin) | step compr. | "
+            "latency s/sample (AR → plugin) | speedup | exact match | quality (AR → plugin) |")
+    rows = [head, "|" + "---|" * 11]
+    for r in results:
+        base, acc = r["baseline"], r["accelerated"]
+        quality = ", ".join(f"{k} {base['quality'][k]:.3g} → {acc['quality'].get(k, float('nan')):.3g}"
+                            for k in base["quality"])
+        exact = "—" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.2f}"
+        rows.append(f"| {r['plugin']} | {r['model']} | {'yes' if r['lossless'] else 'no'} | {r['batch_size']} | "
+                    f"{acc['mean_accepted']:.2f} | {base['nfe_per_sample']:.1f} → {acc['nfe_per_sample']:.1f} | "
+                    f"{r['step_compression']:.2f}× | {base['latency_s_per_sample']:.3f} → "
+                    f"{acc['latency_s_per_sample']:.3f} | {r['speedup']:.2f}× | {exact} | {quality} |")
+    return "\n".join(rows)
+
+
+def format_peers(results: list[dict]) -> str:
+    lines = []
+    for r in results:
+        peer = r.get("peer")
+        if not peer:
+            continue
+        match = peer.get("exact_match_rate_vs_ar")
+        lines.append(f"| {r['plugin']} | {peer['name']} (batch {peer['batch_size']}) | "
+                     f"{r['accelerated']['nfe_per_sample']:.1f} vs {peer['nfe_per_sample']:.1f} | "
+                     f"{r['accelerated']['latency_s_per_sample']:.3f} vs {peer['latency_s_per_sample']:.3f} | "
+                     f"{'—' if match is None else f'{match:.2f}'} |")
+    if not lines:
+        return ""
+    return "\n".join(["| plugin | peer | target NFE/sample (ours vs peer) | latency s/sample (ours vs peer) | "
+                      "peer exact match vs AR |", "|---|---|---|---|---|"] + lines)
+
+
+def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
+    env = results[0]["environment"] if results else {}
+    text = [
+        "# Benchmarks",
+        "",
+        f"Generated by `{command}`; do not edit by hand. Device: {results[0]['device'] if results else '?'}, "
+        f"torch {env.get('torch')}, {env.get('threads')} threads. Latency is wall-clock per sample at the "
+        "stated batch size; NFE/sample counts target forwards a sample takes part in (prompt prefill excluded). "
+        "Mean accepted counts tokens committed per target forward, bonus token included (AR = 1.00).",
+        "",
+        format_table(results),
+        "",
+    ]
+    peers = format_peers(results)
+    if peers:
+        text += ["## Side by side with peer implementations", "", peers, ""]
+    text += ["## Acceptance per draft position", ""]
+    for r in results:
+        acc = r["accelerated"]["acceptance_per_position"]
+        if acc:
+            text.append(f"- `{r['plugin']}` ({r['config']}): " + ", ".join(f"{a:.2f}" for a in acc))
+    Path(path).write_text("\n".join(text) + "\n")
+
+
+def run_all(markdown: str | Path | None, json_path: str | Path | None, device: str = "cpu", seed: int = 0,
+            progress=print) -> list[dict]:
+    results = []
+    for name in list_plugins():
+        if name == "ar":
+            continue
+        results.append(run_bench(name, device=device, seed=seed, progress=progress))
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=2))
+    if markdown:
+        write_markdown(results, markdown, f"mmspec bench --all --markdown {Path(markdown).name}")
+    return results
+
+
+def parse_settings(pairs: list[str]) -> dict:
+    settings = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise ValueError(f"--set expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        settings[key.strip()] = parse_value(value.strip())
+    return settings
+

@@ -1,0 +1,108 @@
+"""The `mmspec` command: list, bench, generate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .registry import get_plugin_class, list_plugins
+
+
+def cmd_list(args) -> int:
+    rows = [(name, cls.modality, "yes" if cls.lossless else "no", cls.paper)
+            for name, cls in ((n, get_plugin_class(n)) for n in list_plugins(args.modality))]
+    widths = [max(len(str(r[i])) for r in rows + [("name", "modality", "lossless", "paper")]) for i in range(3)]
+    print(f"{'name':<{widths[0]}}  {'modality':<{widths[1]}}  {'lossless':<{widths[2]}}  paper")
+    for name, modality, lossless, paper in rows:
+        print(f"{name:<{widths[0]}}  {modality:<{widths[1]}}  {lossless:<{widths[2]}}  {paper}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .bench import format_peers, format_table, parse_settings, run_all, run_bench, write_markdown
+
+    log = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    if args.all:
+        if args.plugin:
+            raise SystemExit("mmspec bench: give a PLUGIN or --all, not both")
+        results = run_all(args.markdown, args.json, device=args.device, seed=args.seed, progress=log)
+    else:
+        if not args.plugin:
+            raise SystemExit(f"mmspec bench: name a PLUGIN (one of {', '.join(list_plugins())}) or use --all")
+        results = [run_bench(args.plugin, model=args.model, num_samples=args.num_samples,
+                             batch_size=args.batch_size, seed=args.seed, device=args.device,
+                             settings=parse_settings(args.set), progress=log)]
+        if args.json:
+            Path(args.json).write_text(json.dumps(results[0], indent=2))
+        if args.markdown:
+            write_markdown(results, args.markdown, "mmspec bench " + " ".join(sys.argv[2:]))
+    print(format_table(results))
+    peers = format_peers(results)
+    if peers:
+        print()
+        print(peers)
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from .bench import parse_settings, split_settings
+
+    plugin_cls = get_plugin_class(args.plugin)
+    pipeline = plugin_cls.default_pipeline(model=args.model, device=args.device)
+    call, config = split_settings(pipeline, plugin_cls, parse_settings(args.set))
+    plugin_cls(**config).attach(pipeline)
+    return pipeline.cli_generate(args, call)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mmspec", description="Speculative, Jacobi and parallel decoding "
+                                     "for AR image, speech and document generators.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="list registered plugins")
+    p.add_argument("--modality", default=None)
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("bench", help="plain AR vs a plugin on the same model, inputs and seeds")
+    p.add_argument("plugin", nargs="?", help="plugin name (see `mmspec list`)")
+    p.add_argument("--all", action="store_true", help="bench every plugin with its defaults")
+    p.add_argument("--model", default=None, help="bundled model name (default: the plugin's default)")
+    p.add_argument("--num-samples", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--json", default=None, help="write the result JSON here")
+    p.add_argument("--markdown", default=None, help="write a BENCHMARKS.md-style table here")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="pipeline setting (e.g. temperature=1) or plugin config (e.g. num_draft_tokens=4)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("generate", help="generate with a plugin on the bundled model")
+    p.add_argument("plugin")
+    p.add_argument("--model", default=None)
+    p.add_argument("--prompt", action="append", default=[], help="text prompt (repeatable)")
+    p.add_argument("--num", type=int, default=4, help="number of samples when no prompt is given")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--out", default=None, help="output file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(func=cmd_generate)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, KeyError, NotImplementedError, FileNotFoundError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"mmspec {args.command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

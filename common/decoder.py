@@ -1,0 +1,163 @@
+"""SpeculativeDecoder: the one loop every plugin runs.
+
+    draft -> verify (one target forward) -> accept -> commit / roll back -> stats
+
+Rows advance independently: each keeps its own accepted length and position,
+finished rows leave the batch, and nothing waits for the slowest row. With no
+drafter (K = 0) the same loop is plain autoregressive decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .accept import AcceptRule, Draft, GreedyMatch, SpeculativeSampling
+from .draft import Drafter, StepContext
+from .logits import LogitsPipeline, check_generators
+from .model import ARModel, left_align
+from .stats import DecodeStats
+
+
+@dataclass
+class GenerationOutput:
+    sequences: torch.Tensor  # [B, max_new_tokens] long; generated tokens, padded with pad_token_id
+    lengths: torch.Tensor  # [B] long; generated tokens per row (EOS included)
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+    def tolist(self) -> list[list[int]]:
+        return [self.sequences[b, : int(n)].tolist() for b, n in enumerate(self.lengths)]
+
+
+class SpeculativeDecoder:
+    def __init__(self, target: ARModel, drafter: Drafter | None = None, accept_rule: AcceptRule | None = None,
+                 logits: LogitsPipeline | None = None, num_draft_tokens: int = 0,
+                 eos_token_id: int | None = None, pad_token_id: int = -1):
+        self.target = target
+        self.drafter = drafter
+        self.logits = logits or LogitsPipeline()
+        self.accept_rule = accept_rule or (GreedyMatch() if self.logits.greedy else SpeculativeSampling())
+        if not isinstance(num_draft_tokens, int) or num_draft_tokens < 0:
+            raise ValueError(f"num_draft_tokens must be an int >= 0, got {num_draft_tokens!r}")
+        if drafter is None and num_draft_tokens:
+            raise ValueError("num_draft_tokens > 0 needs a drafter")
+        if drafter is not None and num_draft_tokens == 0 and getattr(drafter, "tree", None) is None:
+            raise ValueError("num_draft_tokens must be >= 1 when a chain drafter is given")
+        draft_vocab = getattr(drafter, "vocab_size", None)
+        if draft_vocab is not None and draft_vocab != target.vocab_size:
+            raise ValueError(f"drafter vocabulary ({draft_vocab}) does not match the target's ({target.vocab_size})")
+        self.num_draft_tokens = num_draft_tokens
+        self.eos_token_id = eos_token_id
+        self.pad_token_id = pad_token_id
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                 max_new_tokens: int, generator=None, prefill_input: tuple | None = None,
+                 callback=None) -> GenerationOutput:
+        """Generate up to max_new_tokens per row.
+
+        input_ids [B, T] (any padding side with attention_mask). `prefill_input`
+        lets an adapter that needs more than ids (CFG: 2B rows) receive its own
+        prefill arguments; its last column must be the same tokens as input_ids'.
+        callback(step, info) is called after every step with the committed tokens.
+        """
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        ids, mask, _ = left_align(input_ids, attention_mask)
+        batch, device = ids.shape[0], self.target.device
+        ids, mask = ids.to(device), mask.to(device)
+        generator = check_generators(generator, batch)
+        stats = DecodeStats(num_rows=batch)
+        start = time.perf_counter()
+
+        # The last prompt token is fed with the first draft, so that forward already verifies.
+        pre_ids, pre_mask = (ids, mask) if prefill_input is None else left_align(*prefill_input)[:2]
+        state, pre_out = self.target.prefill(pre_ids[:, :-1].to(device), pre_mask[:, :-1].to(device))
+        stats.prefill_nfe += pre_out is not None
+        if self.drafter is not None:
+            self.drafter.begin(ids[:, :-1], mask[:, :-1])
+
+        out = torch.full((batch, max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
+        produced = torch.zeros(batch, dtype=torch.long, device=device)
+        rows = torch.arange(batch, device=device)  # original index of each active row
+        ctx = StepContext(last_tokens=ids[:, -1], positions=mask.sum(1) - 1, num_draft_tokens=self.num_draft_tokens,
+                          logits=self.logits, generator=generator)
+        step = 0
+        while rows.numel():
+            draft = self._draft(ctx, stats)
+            target_probs = self._verify(state, ctx, draft, stats)
+            with stats.timer("accept", device):
+                acc = self.accept_rule(draft, target_probs, ctx.generator)
+            committed = acc.num_accepted + 1
+            stats.record_step(committed, draft.num_tokens if draft.tree is None else draft.tree.max_depth)
+            with stats.timer("accept", device):
+                if draft.tree is not None:
+                    self.target.keep(state, acc.path_nodes)
+                self.target.crop(state, ctx.positions + committed)
+                if self.drafter is not None:
+                    self.drafter.commit(ctx, acc)
+                finished = self._write(out, produced, rows, acc, max_new_tokens)
+                ctx.last_tokens, ctx.positions = acc.next_tokens, ctx.positions + committed
+                if callback is not None:
+                    callback(step, {"rows": rows, "tokens": acc.tokens, "num_accepted": acc.num_accepted})
+                if finished.any():
+                    keep = (~finished).nonzero().flatten()
+                    rows = rows[keep]
+                    self.target.select_rows(state, keep)
+                    if self.drafter is not None:
+                        self.drafter.select_rows(keep)
+                    ctx.last_tokens, ctx.positions = ctx.last_tokens[keep], ctx.positions[keep]
+                    if isinstance(ctx.generator, list):
+                        ctx.generator = [ctx.generator[i] for i in keep.tolist()]
+            step += 1
+        stats.tokens = int(produced.sum())
+        stats.time_total_s = time.perf_counter() - start
+        return GenerationOutput(sequences=out, lengths=produced, stats=stats)
+
+    def _draft(self, ctx: StepContext, stats: DecodeStats) -> Draft:
+        batch = ctx.last_tokens.shape[0]
+        if self.drafter is None:
+            return Draft(tokens=torch.empty(batch, 0, dtype=torch.long, device=ctx.last_tokens.device))
+        with stats.timer("draft", ctx.last_tokens.device):
+            draft = self.drafter.propose(ctx)
+        stats.drafter_nfe += draft.forwards
+        if self.accept_rule.needs_draft_probs and draft.tree is None and draft.probs is None \
+                and not self.logits.greedy:
+            raise ValueError(f"accept rule {self.accept_rule.name!r} needs draft probabilities")
+        return draft
+
+    def _verify(self, state, ctx: StepContext, draft: Draft, stats: DecodeStats) -> torch.Tensor:
+        """One target forward on [last, drafts...]; returns processed probs [B, K+1, V]."""
+        tokens = torch.cat([ctx.last_tokens[:, None], draft.tokens], 1)
+        with stats.timer("verify", ctx.last_tokens.device):
+            if draft.tree is None:
+                offsets = torch.arange(tokens.shape[1], device=tokens.device)
+                out = self.target.forward(state, tokens, ctx.positions[:, None] + offsets)
+            else:
+                depth = draft.tree.depth.to(tokens.device)
+                nodes = torch.arange(draft.tree.num_nodes + 1)
+                out = self.target.forward(state, tokens, ctx.positions[:, None] + depth, tree=draft.tree,
+                                          tree_nodes=nodes)
+            stats.target_nfe += 1
+            return self.logits.probs(out.logits)
+
+    def _write(self, out, produced, rows, acc, max_new_tokens) -> torch.Tensor:
+        """Copy committed tokens into `out`, stopping at EOS or the length limit; returns finished [B_active]."""
+        finished = torch.zeros(rows.numel(), dtype=torch.bool, device=out.device)
+        committed = (acc.num_accepted + 1).tolist()
+        for i, (row, n) in enumerate(zip(rows.tolist(), committed)):
+            new = acc.tokens[i, :n]
+            if self.eos_token_id is not None:
+                eos = (new == self.eos_token_id).nonzero()
+                if eos.numel():
+                    new = new[: int(eos[0]) + 1]
+                    finished[i] = True
+            start = int(produced[row])
+            new = new[: max_new_tokens - start]
+            out[row, start:start + new.numel()] = new
+            produced[row] = start + new.numel()
+            if produced[row] >= max_new_tokens:
+                finished[i] = True
+        return finished

@@ -1,0 +1,133 @@
+"""Drafters: where speculative tokens come from.
+
+The decoder hands a drafter a `StepContext` (last committed token and its
+position per row) and gets back a `Draft`; after verification it calls
+`commit` so the drafter can roll its own state back to what was accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .accept import Acceptance, Draft
+from .kernels import sample_inverse_cdf
+from .logits import LogitsPipeline, draw_uniform
+from .model import ARModel, DecodeState
+from .tree import TreeSpec
+
+
+@dataclass
+class StepContext:
+    last_tokens: torch.Tensor  # [B] long; newest token, not yet fed to the target
+    positions: torch.Tensor  # [B] long; position of last_tokens
+    num_draft_tokens: int  # K for chains
+    logits: LogitsPipeline
+    generator: object  # None, a torch.Generator, or a list with one per row
+
+
+class Drafter:
+    """Base class. A drafter that keeps per-row state must also implement `select_rows`."""
+
+    def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
+        """Called once with the (left-padded) prompt without its last token."""
+
+    def propose(self, ctx: StepContext) -> Draft:
+        raise NotImplementedError
+
+    def commit(self, ctx: StepContext, acceptance: Acceptance) -> None:
+        """Roll back to the accepted prefix; ctx is the context the draft was proposed in."""
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only batch rows `rows` ([B'] long)."""
+
+
+class DraftModelDrafter(Drafter):
+    """A separate, smaller AR model drafts K tokens (chain) or a static tree of top-ranked tokens.
+
+    Its KV cache follows the target's: after each step it is cropped to the
+    accepted prefix, and the next proposal re-feeds the last accepted draft
+    together with the new token, so every row feeds the same number of
+    tokens even when acceptance is ragged.
+    """
+
+    def __init__(self, model: ARModel, tree: TreeSpec | None = None):
+        self.model = model
+        self.tree = tree
+        self.state: DecodeState | None = None
+        self._carry: torch.Tensor | None = None  # [B] token at position-1 that the draft cache lacks
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    def begin(self, input_ids, attention_mask):
+        self._carry = None
+        self.state, _ = self.model.prefill(input_ids, attention_mask)
+
+    def _feed_root(self, ctx: StepContext, tree: TreeSpec | None):
+        last, pos = ctx.last_tokens[:, None], ctx.positions[:, None]
+        root = torch.zeros(1, dtype=torch.long)
+        if self._carry is None:
+            tokens, positions, nodes = last, pos, (root if tree is not None else None)
+        else:
+            tokens = torch.cat([self._carry[:, None], last], 1)
+            positions = torch.cat([pos - 1, pos], 1)
+            nodes = torch.tensor([-1, 0]) if tree is not None else None
+        return self.model.forward(self.state, tokens, positions, tree=tree, tree_nodes=nodes).logits[:, -1]
+
+    def propose(self, ctx):
+        if self.tree is not None:
+            return self._propose_tree(ctx)
+        batch, k = ctx.last_tokens.shape[0], ctx.num_draft_tokens
+        uniforms = None if ctx.logits.greedy else draw_uniform(ctx.generator, batch, k, ctx.last_tokens.device)
+        logits = self._feed_root(ctx, None)
+        tokens, probs = [], []
+        for i in range(k):
+            q = ctx.logits.probs(logits)
+            tok = q.argmax(-1) if ctx.logits.greedy else sample_inverse_cdf(q, uniforms[:, i])
+            tokens.append(tok)
+            probs.append(q)
+            if i + 1 < k:
+                logits = self.model.forward(self.state, tok[:, None], (ctx.positions + 1 + i)[:, None]).logits[:, -1]
+        return Draft(tokens=torch.stack(tokens, 1), probs=None if ctx.logits.greedy else torch.stack(probs, 1),
+                     forwards=k)
+
+    def _propose_tree(self, ctx):
+        """Children of a node are its draft distribution's top-ranked tokens (deterministic proposals)."""
+        tree = self.tree
+        batch = ctx.last_tokens.shape[0]
+        node_tokens = torch.full((batch, tree.num_nodes + 1), -1, dtype=torch.long, device=ctx.last_tokens.device)
+        node_tokens[:, 0] = ctx.last_tokens
+        logits_by_node = {0: self._feed_root(ctx, tree)}
+        forwards = 1
+        for d in range(1, tree.max_depth + 1):
+            level = tree.nodes_at_depth(d)
+            for node in level:
+                parent = int(tree.parent[node])
+                ranked = ctx.logits.process(logits_by_node[parent]).argsort(-1, descending=True)
+                node_tokens[:, node] = ranked[:, int(tree.rank[node])]
+            if d == tree.max_depth:
+                break
+            nodes = torch.tensor(level)
+            positions = (ctx.positions[:, None] + d).expand(-1, len(level))
+            out = self.model.forward(self.state, node_tokens[:, nodes], positions, tree=tree, tree_nodes=nodes)
+            forwards += 1
+            for j, node in enumerate(level):
+                logits_by_node[node] = out.logits[:, j]
+        return Draft(tokens=node_tokens[:, 1:], probs=None, tree=tree, forwards=forwards)
+
+    def commit(self, ctx, acceptance):
+        num = acceptance.num_accepted
+        if self.tree is not None:
+            self.model.keep(self.state, acceptance.path_nodes)
+        # Keep positions < position+num; the token at position+num is re-fed next step with the new one.
+        self.model.crop(self.state, ctx.positions + num)
+        accepted_prev = acceptance.tokens.gather(1, (num - 1).clamp(min=0)[:, None]).squeeze(1)
+        self._carry = torch.where(num > 0, accepted_prev, ctx.last_tokens)
+
+    def select_rows(self, rows):
+        self.model.select_rows(self.state, rows)
+        if self._carry is not None:
+            self._carry = self._carry[rows]

@@ -1,0 +1,417 @@
+"""Draft-token acceptance for speculative decoding (greedy and stochastic).
+
+Each op exists three times: a torch reference (`*_reference`), a Triton kernel
+with its launcher, and a public entry point that validates its arguments and
+dispatches through `kernel_backend`.  The references define the semantics;
+the kernels must reproduce them token for token.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import HAS_TRITON, kernel_backend
+from .sampling import sample_inverse_cdf
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+# Caps per-program register use on GPU; larger vocabularies loop over blocks.
+_MAX_BLOCK_V = 1024
+
+
+# --------------------------------------------------------------------------
+# Argument checks
+# --------------------------------------------------------------------------
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _check_int(name: str, t: torch.Tensor) -> None:
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer tensor of token ids, got dtype {t.dtype}")
+
+
+def _check_float(name: str, t: torch.Tensor) -> None:
+    if not t.dtype.is_floating_point:
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+
+
+def _check_same_device(**tensors: torch.Tensor | None) -> None:
+    present = {k: v for k, v in tensors.items() if v is not None}
+    devices = {v.device for v in present.values()}
+    if len(devices) > 1:
+        listing = ", ".join(f"{k} on {v.device}" for k, v in present.items())
+        raise ValueError(f"all arguments must be on the same device, got {listing}")
+
+
+def _validate_greedy(draft_tokens: torch.Tensor, target_argmax: torch.Tensor) -> None:
+    if draft_tokens.dim() != 2:
+        raise ValueError(f"draft_tokens must have shape [B, K], got {_shape(draft_tokens)}")
+    B, K = draft_tokens.shape
+    if _shape(target_argmax) != (B, K + 1):
+        raise ValueError(
+            f"target_argmax must have shape [B, K+1] = {(B, K + 1)} to match draft_tokens "
+            f"{_shape(draft_tokens)}, got {_shape(target_argmax)}"
+        )
+    _check_int("draft_tokens", draft_tokens)
+    _check_int("target_argmax", target_argmax)
+    _check_same_device(draft_tokens=draft_tokens, target_argmax=target_argmax)
+
+
+def _validate_speculative(
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    uniforms: torch.Tensor,
+    residual_uniform: torch.Tensor,
+) -> None:
+    if draft_tokens.dim() != 2:
+        raise ValueError(f"draft_tokens must have shape [B, K], got {_shape(draft_tokens)}")
+    B, K = draft_tokens.shape
+    if target_probs.dim() != 3 or _shape(target_probs)[:2] != (B, K + 1):
+        raise ValueError(
+            f"target_probs must have shape [B, K+1, V] = ({B}, {K + 1}, V), got {_shape(target_probs)}"
+        )
+    V = target_probs.shape[2]
+    if V == 0:
+        raise ValueError("target_probs must have a non-empty vocabulary dimension V")
+    if draft_probs is not None and _shape(draft_probs) != (B, K, V):
+        raise ValueError(f"draft_probs must be None or have shape [B, K, V] = {(B, K, V)}, got {_shape(draft_probs)}")
+    if _shape(uniforms) != (B, K):
+        raise ValueError(f"uniforms must have shape [B, K] = {(B, K)}, got {_shape(uniforms)}")
+    if _shape(residual_uniform) != (B,):
+        raise ValueError(f"residual_uniform must have shape [B] = ({B},), got {_shape(residual_uniform)}")
+    _check_int("draft_tokens", draft_tokens)
+    _check_float("target_probs", target_probs)
+    if draft_probs is not None:
+        _check_float("draft_probs", draft_probs)
+    _check_float("uniforms", uniforms)
+    _check_float("residual_uniform", residual_uniform)
+    _check_same_device(
+        draft_tokens=draft_tokens,
+        draft_probs=draft_probs,
+        target_probs=target_probs,
+        uniforms=uniforms,
+        residual_uniform=residual_uniform,
+    )
+
+
+# --------------------------------------------------------------------------
+# Torch references
+# --------------------------------------------------------------------------
+
+def greedy_accept_reference(
+    draft_tokens: torch.Tensor,  # Long[B, K]
+    target_argmax: torch.Tensor,  # Long[B, K+1]
+) -> tuple[torch.Tensor, torch.Tensor]:  # (Long[B], Long[B, K+1])
+    K = draft_tokens.shape[1]
+    match = draft_tokens == target_argmax[:, :K]  # [B, K]
+    num_accepted = match.long().cumprod(-1).sum(-1)  # [B]
+    pos = torch.arange(K + 1, device=draft_tokens.device)
+    # Accepted drafts equal the target there, so the target row already holds
+    # both the accepted prefix and the correction/bonus token.
+    tokens = torch.where(pos <= num_accepted[:, None], target_argmax.long(), -1)
+    return num_accepted, tokens
+
+
+def _accept_mask(
+    draft_tokens: torch.Tensor,  # Long[B, K]
+    draft_probs: torch.Tensor | None,  # [B, K, V] or None
+    target_probs: torch.Tensor,  # [B, K+1, V]
+    uniforms: torch.Tensor,  # [B, K]
+) -> torch.Tensor:  # Bool[B, K]
+    K = draft_tokens.shape[1]
+    idx = draft_tokens.unsqueeze(-1)
+    p = target_probs[:, :K].gather(-1, idx).squeeze(-1)
+    if draft_probs is None:
+        accept = uniforms <= p  # q is one-hot on the drafted token
+    else:
+        q = draft_probs.gather(-1, idx).squeeze(-1)
+        accept = uniforms * q <= p
+    # A token the target can never emit must never be accepted, even when
+    # u == 0 or q == 0 makes the inequality hold trivially.
+    return accept & (p > 0)
+
+
+def speculative_accept_reference(
+    draft_tokens: torch.Tensor,  # Long[B, K]
+    draft_probs: torch.Tensor | None,  # float[B, K, V]; None = deterministic drafts
+    target_probs: torch.Tensor,  # float[B, K+1, V]
+    uniforms: torch.Tensor,  # float[B, K] in [0, 1)
+    residual_uniform: torch.Tensor,  # float[B] in [0, 1)
+    *,
+    _wrong_residual: bool = False,  # test hook: resample from p instead of max(p - q, 0)
+) -> tuple[torch.Tensor, torch.Tensor]:  # (Long[B], Long[B, K+1])
+    B, K = draft_tokens.shape
+    draft_tokens = draft_tokens.long()
+    accept = _accept_mask(draft_tokens, draft_probs, target_probs, uniforms)
+    num_accepted = accept.long().cumprod(-1).sum(-1)  # [B]
+
+    rows = torch.arange(B, device=draft_tokens.device)
+    p_n = target_probs[rows, num_accepted]  # [B, V]
+    weights = p_n
+    if K > 0:
+        # Rows with n == K read a dummy draft row; use_residual masks them out.
+        n_draft = num_accepted.clamp(max=K - 1)
+        if _wrong_residual:
+            residual = p_n
+        elif draft_probs is None:
+            residual = p_n.scatter(-1, draft_tokens[rows, n_draft].unsqueeze(-1), 0.0)
+        else:
+            residual = (p_n - draft_probs[rows, n_draft]).clamp_min(0)
+        # All-zero residual means p == q up to rounding; then p itself is the
+        # correct distribution to resample from.
+        use_residual = (num_accepted < K) & (residual > 0).any(-1)
+        weights = torch.where(use_residual[:, None], residual, p_n)
+    sampled = sample_inverse_cdf(weights, residual_uniform)  # [B]
+
+    pos = torch.arange(K + 1, device=draft_tokens.device)
+    drafts = F.pad(draft_tokens, (0, 1), value=-1)  # [B, K+1]
+    tokens = torch.where(pos < num_accepted[:, None], drafts, -1)
+    tokens = tokens.scatter(1, num_accepted[:, None], sampled[:, None])
+    return num_accepted, tokens
+
+
+# --------------------------------------------------------------------------
+# Triton kernels
+# --------------------------------------------------------------------------
+
+if HAS_TRITON:
+
+    @triton.jit(do_not_specialize=["K"])
+    def _greedy_accept_kernel(
+        draft_ptr,  # Long[B, K], contiguous
+        target_ptr,  # Long[B, K+1], contiguous
+        num_accepted_ptr,  # Long[B]
+        tokens_ptr,  # Long[B, K+1]
+        K,
+        BLOCK_K: tl.constexpr,  # >= K + 1
+    ):
+        row = tl.program_id(0).to(tl.int64)
+        k = tl.arange(0, BLOCK_K)
+        in_row = k < K + 1
+        draft = tl.load(draft_ptr + row * K + k, mask=k < K, other=-1)
+        target = tl.load(target_ptr + row * (K + 1) + k, mask=in_row, other=-1)
+        # Lane K (and beyond) counts as a mismatch so an all-match row gives n == K.
+        mismatch = (draft != target) | (k >= K)
+        n = tl.min(tl.where(mismatch, k, BLOCK_K), axis=0)
+        tokens = tl.where(k <= n, target, -1)
+        tl.store(tokens_ptr + row * (K + 1) + k, tokens.to(tl.int64), mask=in_row)
+        tl.store(num_accepted_ptr + row, n.to(tl.int64))
+
+    @triton.jit
+    def _vocab_block(
+        target_row,  # pointer to target_probs[b, n, 0]
+        draft_row,  # pointer to draft_probs[b, n, 0]; only read when has_draft_row
+        offs,  # int[BLOCK_V] vocabulary indices of this block
+        V,
+        has_draft_row,
+        draft_token,
+        HAS_DRAFT_PROBS: tl.constexpr,
+    ):
+        """Target probs and residual weights for one vocabulary block."""
+        in_vocab = offs < V
+        p = tl.load(target_row + offs, mask=in_vocab, other=0.0)
+        if HAS_DRAFT_PROBS:
+            q = tl.load(draft_row + offs, mask=in_vocab & has_draft_row, other=0.0)
+            r = tl.maximum(p - q, 0.0)
+        else:
+            r = tl.where(offs == draft_token, 0.0, p)
+        return p, r
+
+    @triton.jit
+    def _block_prefix(w, carry, BLOCK_V: tl.constexpr):
+        """Running prefix sums of one block and the new carry.
+
+        Both passes use this so the total from pass 1 is bit-identical to the
+        last prefix of pass 2, which keeps u * total strictly inside the CDF.
+        """
+        prefix = carry + tl.cumsum(w, axis=0)
+        last = tl.sum(tl.where(tl.arange(0, BLOCK_V) == BLOCK_V - 1, prefix, 0.0), axis=0)
+        return prefix, last
+
+    @triton.jit(do_not_specialize=["K", "V"])
+    def _speculative_accept_kernel(
+        draft_tokens_ptr,  # Long[B, K]
+        draft_probs_ptr,  # f32[B, K, V]; any valid pointer when not HAS_DRAFT_PROBS
+        target_probs_ptr,  # f32[B, K+1, V]
+        uniforms_ptr,  # f32[B, K]
+        residual_uniform_ptr,  # f32[B]
+        num_accepted_ptr,  # Long[B]
+        tokens_ptr,  # Long[B, K+1]
+        K,
+        V,
+        HAS_DRAFT_PROBS: tl.constexpr,
+        BLOCK_K: tl.constexpr,  # >= K + 1
+        BLOCK_V: tl.constexpr,
+    ):
+        row = tl.program_id(0).to(tl.int64)
+        V64 = V.to(tl.int64)  # B * K * V can exceed int32
+        k = tl.arange(0, BLOCK_K)
+        in_draft = k < K
+
+        # Acceptance test for all drafts at once; n = first rejected position.
+        draft = tl.load(draft_tokens_ptr + row * K + k, mask=in_draft, other=0)
+        target_rows = target_probs_ptr + row * (K + 1) * V64
+        p = tl.load(target_rows + k * V64 + draft, mask=in_draft, other=0.0)
+        u = tl.load(uniforms_ptr + row * K + k, mask=in_draft, other=1.0)
+        if HAS_DRAFT_PROBS:
+            q = tl.load(draft_probs_ptr + (row * K + k) * V64 + draft, mask=in_draft, other=0.0)
+            accept = u * q <= p
+        else:
+            accept = u <= p
+        accept = accept & (p > 0.0) & in_draft
+        n = tl.min(tl.where(accept, BLOCK_K, k), axis=0)
+        draft_n = tl.sum(tl.where(k == n, draft, 0), axis=0)
+        has_draft_row = n < K
+        target_row = target_rows + n * V64
+        draft_row = draft_probs_ptr + (row * K + n) * V64
+
+        # Pass 1: mass of the distribution we sample from (residual after a
+        # rejection, target for the bonus token), to scale u.
+        total = 0.0
+        for start in range(0, V, BLOCK_V):
+            offs = start + tl.arange(0, BLOCK_V)
+            pb, rb = _vocab_block(target_row, draft_row, offs, V, has_draft_row, draft_n, HAS_DRAFT_PROBS)
+            _, total = _block_prefix(tl.where(has_draft_row, rb, pb), total, BLOCK_V)
+        use_residual = has_draft_row & (total > 0.0)
+        if has_draft_row & (total == 0.0):
+            # Rare (p == q after rounding): resample from the target instead.
+            total = 0.0
+            for start in range(0, V, BLOCK_V):
+                offs = start + tl.arange(0, BLOCK_V)
+                pb, _ = _vocab_block(target_row, draft_row, offs, V, has_draft_row, draft_n, HAS_DRAFT_PROBS)
+                _, total = _block_prefix(pb, total, BLOCK_V)
+        thr = tl.load(residual_uniform_ptr + row) * total
+
+        # Pass 2: inverse CDF = number of entries whose prefix sum is <= thr.
+        carry = 0.0
+        count = 0
+        for start in range(0, V, BLOCK_V):
+            offs = start + tl.arange(0, BLOCK_V)
+            pb, rb = _vocab_block(target_row, draft_row, offs, V, has_draft_row, draft_n, HAS_DRAFT_PROBS)
+            w = tl.where(use_residual, rb, pb)
+            prefix, carry = _block_prefix(w, carry, BLOCK_V)
+            count += tl.sum(((prefix <= thr) & (offs < V)).to(tl.int32), axis=0)
+        sampled = tl.minimum(count, V - 1)
+
+        tokens = tl.where(k < n, draft, tl.where(k == n, sampled, -1))
+        tl.store(tokens_ptr + row * (K + 1) + k, tokens.to(tl.int64), mask=k < K + 1)
+        tl.store(num_accepted_ptr + row, n.to(tl.int64))
+
+
+def _require_launchable(kernel, device: torch.device) -> None:
+    # The interpret/compile choice is frozen when @triton.jit runs (import of
+    # this module), so a later TRITON_INTERPRET=1 cannot rescue a CPU launch.
+    interpreted = type(kernel).__name__ == "InterpretedFunction"
+    if device.type != "cuda" and not interpreted:
+        raise RuntimeError(
+            f"the Triton kernels were compiled for GPU but the tensors are on {device}; "
+            "set TRITON_INTERPRET=1 before importing triton/mmspec, or set MMSPEC_KERNELS=torch"
+        )
+
+
+def _greedy_accept_triton(
+    draft_tokens: torch.Tensor,  # Long[B, K]
+    target_argmax: torch.Tensor,  # Long[B, K+1]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    B, K = draft_tokens.shape
+    device = draft_tokens.device
+    num_accepted = torch.empty(B, dtype=torch.long, device=device)
+    tokens = torch.empty(B, K + 1, dtype=torch.long, device=device)
+    if B == 0:
+        return num_accepted, tokens
+    _require_launchable(_greedy_accept_kernel, device)
+    _greedy_accept_kernel[(B,)](
+        draft_tokens.long().contiguous(),
+        target_argmax.long().contiguous(),
+        num_accepted,
+        tokens,
+        K,
+        BLOCK_K=triton.next_power_of_2(K + 1),
+    )
+    return num_accepted, tokens
+
+
+def _speculative_accept_triton(
+    draft_tokens: torch.Tensor,  # Long[B, K]
+    draft_probs: torch.Tensor | None,  # f32[B, K, V] or None
+    target_probs: torch.Tensor,  # f32[B, K+1, V]
+    uniforms: torch.Tensor,  # f32[B, K]
+    residual_uniform: torch.Tensor,  # f32[B]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    B, K = draft_tokens.shape
+    V = target_probs.shape[-1]
+    device = draft_tokens.device
+    num_accepted = torch.empty(B, dtype=torch.long, device=device)
+    tokens = torch.empty(B, K + 1, dtype=torch.long, device=device)
+    if B == 0:
+        return num_accepted, tokens
+    _require_launchable(_speculative_accept_kernel, device)
+    target_probs = target_probs.contiguous()
+    has_draft_probs = draft_probs is not None
+    _speculative_accept_kernel[(B,)](
+        draft_tokens.long().contiguous(),
+        draft_probs.contiguous() if has_draft_probs else target_probs,
+        target_probs,
+        uniforms.contiguous(),
+        residual_uniform.contiguous(),
+        num_accepted,
+        tokens,
+        K,
+        V,
+        HAS_DRAFT_PROBS=has_draft_probs,
+        BLOCK_K=triton.next_power_of_2(K + 1),
+        BLOCK_V=min(triton.next_power_of_2(V), _MAX_BLOCK_V),
+    )
+    return num_accepted, tokens
+
+
+# --------------------------------------------------------------------------
+# Public entry points
+# --------------------------------------------------------------------------
+
+def greedy_accept(
+    draft_tokens: torch.Tensor,  # Long[B, K]
+    target_argmax: torch.Tensor,  # Long[B, K+1]
+) -> tuple[torch.Tensor, torch.Tensor]:  # (num_accepted Long[B], tokens Long[B, K+1])
+    """Accept the longest prefix of drafts that matches the target's argmax.
+
+    tokens[b, :n] are the accepted drafts, tokens[b, n] the target's token at
+    the first mismatch (or the bonus token when n == K), the rest -1.
+    """
+    _validate_greedy(draft_tokens, target_argmax)
+    if kernel_backend(draft_tokens.device) == "triton":
+        return _greedy_accept_triton(draft_tokens, target_argmax)
+    return greedy_accept_reference(draft_tokens.long(), target_argmax.long())
+
+
+def speculative_accept(
+    draft_tokens: torch.Tensor,  # Long[B, K], ids in [0, V)
+    draft_probs: torch.Tensor | None,  # float[B, K, V]; None = deterministic drafts
+    target_probs: torch.Tensor,  # float[B, K+1, V]
+    uniforms: torch.Tensor,  # float[B, K] in [0, 1)
+    residual_uniform: torch.Tensor,  # float[B] in [0, 1)
+) -> tuple[torch.Tensor, torch.Tensor]:  # (num_accepted Long[B], tokens Long[B, K+1])
+    """Leviathan/Chen speculative sampling; rows are independent.
+
+    Draft i is accepted iff uniforms[b, i] * q <= p (and p > 0).  After the
+    first rejection at n the token is resampled from max(p - q, 0) (from p if
+    that is all zero); if every draft is accepted a bonus token is drawn from
+    target_probs[b, K].  Both draws use residual_uniform[b].  Probabilities may
+    be unnormalised and are computed in float32 on both backends.
+    """
+    _validate_speculative(draft_tokens, draft_probs, target_probs, uniforms, residual_uniform)
+    # One compute dtype for both backends so they agree token for token.
+    draft_tokens = draft_tokens.long()
+    target_probs = target_probs.float()
+    draft_probs = draft_probs.float() if draft_probs is not None else None
+    uniforms = uniforms.float()
+    residual_uniform = residual_uniform.float()
+    if kernel_backend(draft_tokens.device) == "triton":
+        return _speculative_accept_triton(draft_tokens, draft_probs, target_probs, uniforms, residual_uniform)
+    return speculative_accept_reference(draft_tokens, draft_probs, target_probs, uniforms, residual_uniform)

@@ -1,0 +1,229 @@
+"""ARModel adapters: the one interface every decoding strategy talks to.
+
+An adapter wraps an autoregressive network and owns its KV cache inside a
+`DecodeState`. It is fed tokens at explicit per-row positions, so rows of a
+batch may sit at different lengths (ragged acceptance), and it can roll rows
+back (`crop`), resolve a verified tree (`keep`) and drop finished rows
+(`select_rows`). Logits come back as float32 [B, L, V].
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .slots import SlotTable, additive_mask
+from .tree import TreeSpec
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor  # [B, L, V] float32
+    hidden: torch.Tensor | None = None  # [B, L, H] last hidden state, when asked for
+
+
+@dataclass
+class DecodeState:
+    cache: Any  # the model's KV cache object
+    slots: SlotTable
+    extra: dict | None = None  # adapter-specific (e.g. CFG position offsets)
+
+
+def left_align(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, allow_empty: bool = False):
+    """Return (ids, mask, lengths) with every row's tokens moved to the right edge (left padding)."""
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids must be [batch, length], got shape {tuple(input_ids.shape)}")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+    attention_mask = attention_mask.to(torch.bool)
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} != input_ids shape "
+                         f"{tuple(input_ids.shape)}")
+    lengths = attention_mask.sum(1)
+    if not allow_empty and (input_ids.shape[1] == 0 or bool((lengths == 0).any())):
+        raise ValueError("prompt is empty: every row of input_ids needs at least one token "
+                         "(e.g. a BOS or class token)")
+    # Stable sort puts padding first while keeping token order.
+    order = torch.sort(attention_mask.to(torch.int8), dim=1, stable=True).indices
+    return input_ids.gather(1, order), attention_mask.gather(1, order), lengths
+
+
+class ARModel:
+    """Adapter base class. Subclasses implement `new_state`, `_run` and `_map_kv`."""
+
+    vocab_size: int
+    device: torch.device
+    compact_slack: int = 64
+
+    # --- subclass hooks -------------------------------------------------
+    def new_state(self, batch_size: int) -> DecodeState:
+        raise NotImplementedError
+
+    def _run(self, state: DecodeState, tokens, positions, mask4d, output_hidden: bool) -> ModelOutput:
+        """Run the network on tokens [B, L] with an additive mask [B, 1, L, S+L]; append their KV."""
+        raise NotImplementedError
+
+    def _map_kv(self, state: DecodeState, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Replace every cached K and V tensor [B, heads, S, dim] by fn(tensor)."""
+        raise NotImplementedError
+
+    def mask_dtype(self) -> torch.dtype:
+        return torch.float32
+
+    # --- the protocol ---------------------------------------------------
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                output_hidden: bool = False) -> tuple[DecodeState, ModelOutput | None]:
+        """Feed a prompt [B, T] (rows may be empty; T may be 0, then nothing runs and the output is None)."""
+        ids, mask, _ = left_align(input_ids, attention_mask, allow_empty=True)
+        state = self.new_state(ids.shape[0])
+        if ids.shape[1] == 0:
+            return state, None
+        positions = (mask.long().cumsum(1) - 1).clamp(min=0)
+        out = self.forward(state, ids, positions, token_mask=mask, output_hidden=output_hidden)
+        return state, out
+
+    def forward(self, state: DecodeState, tokens: torch.Tensor, positions: torch.Tensor, *,
+                token_mask: torch.Tensor | None = None, tree: TreeSpec | None = None,
+                tree_nodes: torch.Tensor | None = None, output_hidden: bool = False) -> ModelOutput:
+        """tokens, positions: [B, L]. With `tree`, tree_nodes [L] names the tree node of each token."""
+        if tokens.shape != positions.shape:
+            raise ValueError(f"tokens {tuple(tokens.shape)} and positions {tuple(positions.shape)} differ")
+        if (tree is None) != (tree_nodes is None):
+            raise ValueError("tree and tree_nodes go together")
+        mask = state.slots.attention_mask(positions, token_mask, tree_nodes, tree)
+        out = self._run(state, tokens, positions, additive_mask(mask, self.mask_dtype()), output_hidden)
+        state.slots.append(positions, token_mask, tree_nodes, tree)
+        return out
+
+    def crop(self, state: DecodeState, lengths: torch.Tensor) -> None:
+        """Row b keeps positions < lengths[b] ([B] long)."""
+        state.slots.crop(lengths)
+        self._tidy(state)
+
+    def keep(self, state: DecodeState, path_nodes: torch.Tensor) -> None:
+        """Keep the accepted tree path: path_nodes [B, P] node ids, -1 padded."""
+        state.slots.keep(path_nodes)
+        self._tidy(state)
+
+    def select_rows(self, state: DecodeState, rows: torch.Tensor) -> None:
+        """Keep only the batch rows `rows` ([B'] long), in that order."""
+        state.slots.select_rows(rows)
+        self._map_kv(state, lambda t: t.index_select(0, rows.to(t.device)))
+        self._tidy(state)
+
+    def _tidy(self, state: DecodeState) -> None:
+        drop = state.slots.trailing_dead()
+        if drop:
+            state.slots.drop_trailing(drop)
+            self._map_kv(state, lambda t: t[:, :, : t.shape[2] - drop])
+        order = state.slots.compaction_index(self.compact_slack)
+        if order is not None:
+            def gather(t):
+                idx = order.to(t.device)[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
+                return t.gather(2, idx)
+            self._map_kv(state, gather)
+
+
+class HFCausalLM(ARModel):
+    """Adapter for any Hugging Face `transformers` causal LM that takes a 4-D attention mask.
+
+    The mask is passed as an additive float tensor, which both the eager and
+    the SDPA attention paths accept unchanged.
+    """
+
+    def __init__(self, model, compact_slack: int = 64):
+        from transformers import DynamicCache  # noqa: F401  (fail early if transformers is missing)
+
+        self.model = model
+        self.config = model.config
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.device = next(model.parameters()).device
+        self.compact_slack = compact_slack
+        # transformers renamed `past_key_values` to `cache` (deprecated in 5.x); use what this version takes.
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+
+    def mask_dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def new_state(self, batch_size: int) -> DecodeState:
+        from transformers import DynamicCache
+
+        return DecodeState(cache=DynamicCache(config=self.config), slots=SlotTable.empty(batch_size, self.device))
+
+    def _run(self, state, tokens, positions, mask4d, output_hidden):
+        out = self.model(input_ids=tokens.to(self.device), position_ids=positions.to(self.device),
+                         attention_mask=mask4d.to(self.device), use_cache=True,
+                         output_hidden_states=output_hidden, **{self._cache_kwarg: state.cache})
+        hidden = out.hidden_states[-1] if output_hidden else None
+        return ModelOutput(logits=out.logits.float(), hidden=hidden)
+
+    def _map_kv(self, state, fn):
+        for layer in state.cache.layers:
+            if getattr(layer, "is_initialized", True) and getattr(layer, "keys", None) is not None \
+                    and layer.keys.numel():
+                layer.keys, layer.values = fn(layer.keys), fn(layer.values)
+
+
+class CFGModel(ARModel):
+    """Classifier-free guidance as an adapter: rows [cond; uncond], logits u + s·(c − u).
+
+    `prefill` takes 2B rows: the B conditional prompts followed by their B
+    unconditional prompts (padded to one length). Afterwards callers see B
+    rows; positions are those of the conditional rows, and each unconditional
+    row is shifted by its own prompt-length difference.
+    """
+
+    def __init__(self, base: ARModel, guidance_scale: float):
+        if not isinstance(guidance_scale, (int, float)) or guidance_scale < 0:
+            raise ValueError(f"guidance_scale must be a number >= 0, got {guidance_scale!r}")
+        self.base = base
+        self.guidance_scale = float(guidance_scale)
+        self.vocab_size = base.vocab_size
+        self.device = base.device
+
+    def combine(self, logits: torch.Tensor) -> torch.Tensor:
+        cond, uncond = logits.chunk(2, dim=0)
+        return uncond + self.guidance_scale * (cond - uncond)
+
+    def prefill(self, input_ids, attention_mask=None, output_hidden=False):
+        if input_ids.shape[0] % 2:
+            raise ValueError("CFGModel.prefill needs 2B rows: B conditional prompts then B unconditional ones")
+        state, out = self.base.prefill(input_ids, attention_mask, output_hidden)
+        lengths = (attention_mask.bool().sum(1) if attention_mask is not None
+                   else torch.full((input_ids.shape[0],), input_ids.shape[1]))
+        cond_len, uncond_len = lengths.to(self.device).chunk(2)
+        state.extra = {"uncond_shift": uncond_len - cond_len}
+        return state, None if out is None else self._combine_output(out)
+
+    def _combine_output(self, out: ModelOutput) -> ModelOutput:
+        hidden = out.hidden.chunk(2, dim=0)[0] if out.hidden is not None else None
+        return ModelOutput(logits=self.combine(out.logits), hidden=hidden)
+
+    def _double(self, state, positions):
+        shift = state.extra["uncond_shift"].to(positions.device)[:, None]
+        return torch.cat([positions, positions + shift], 0)
+
+    def forward(self, state, tokens, positions, *, token_mask=None, tree=None, tree_nodes=None,
+                output_hidden=False):
+        out = self.base.forward(
+            state, torch.cat([tokens, tokens], 0), self._double(state, positions),
+            token_mask=None if token_mask is None else torch.cat([token_mask, token_mask], 0),
+            tree=tree, tree_nodes=tree_nodes, output_hidden=output_hidden)
+        return self._combine_output(out)
+
+    def crop(self, state, lengths):
+        shift = state.extra["uncond_shift"].to(lengths.device)
+        self.base.crop(state, torch.cat([lengths, lengths + shift]))
+
+    def keep(self, state, path_nodes):
+        self.base.keep(state, torch.cat([path_nodes, path_nodes], 0))
+
+    def select_rows(self, state, rows):
+        batch = state.extra["uncond_shift"].shape[0]
+        self.base.select_rows(state, torch.cat([rows, rows + batch]))
+        state.extra["uncond_shift"] = state.extra["uncond_shift"][rows.to(self.device)]
+

@@ -1,0 +1,97 @@
+"""DecodeStats: what one generation cost and how well drafts were accepted."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+
+@dataclass
+class DecodeStats:
+    num_rows: int = 0
+    tokens: int = 0  # generated tokens, summed over rows
+    target_nfe: int = 0  # target forwards in the decode loop (the prompt prefill is counted apart)
+    prefill_nfe: int = 0
+    drafter_nfe: int = 0
+    row_steps: int = 0  # sum over rows of the decode steps each row took part in
+    accepted_hist: list[int] = field(default_factory=list)  # [k] = row-steps that committed k tokens
+    drafted_per_position: list[int] = field(default_factory=list)  # row-steps that proposed draft i
+    accepted_per_position: list[int] = field(default_factory=list)  # row-steps that accepted draft i
+    time_draft_s: float = 0.0
+    time_verify_s: float = 0.0
+    time_accept_s: float = 0.0
+    time_total_s: float = 0.0
+
+    @property
+    def nfe_per_sample(self) -> float:
+        """Target forwards one sample needs (row_steps / rows): the step count a batch-1 run would take."""
+        return self.row_steps / max(1, self.num_rows)
+
+    @property
+    def mean_accepted(self) -> float:
+        """Tokens committed per row-step, bonus/correction token included (plain AR = 1.0)."""
+        total = sum(k * n for k, n in enumerate(self.accepted_hist))
+        return total / max(1, sum(self.accepted_hist))
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
+
+    def record_step(self, committed: torch.Tensor, num_drafted: int) -> None:
+        """committed: [B] tokens committed per active row this step (accepted drafts + 1)."""
+        self.row_steps += committed.numel()
+        width = num_drafted + 2
+        if len(self.accepted_hist) < width:
+            self.accepted_hist += [0] * (width - len(self.accepted_hist))
+            self.drafted_per_position += [0] * (num_drafted - len(self.drafted_per_position))
+            self.accepted_per_position += [0] * (num_drafted - len(self.accepted_per_position))
+        counts = torch.bincount(committed.cpu(), minlength=width).tolist()
+        for k, n in enumerate(counts):
+            self.accepted_hist[k] += n
+        for i in range(num_drafted):
+            self.drafted_per_position[i] += committed.numel()
+            self.accepted_per_position[i] += int((committed > i + 1).sum())
+
+    @contextmanager
+    def timer(self, phase: str, device=None):
+        """Accumulate wall time into time_{phase}_s (synchronising CUDA so the split is real)."""
+        sync = device is not None and torch.device(device).type == "cuda"
+        if sync:
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if sync:
+                torch.cuda.synchronize(device)
+            name = f"time_{phase}_s"
+            setattr(self, name, getattr(self, name) + time.perf_counter() - start)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.update(nfe_per_sample=self.nfe_per_sample, mean_accepted=self.mean_accepted,
+                   acceptance_per_position=self.acceptance_per_position)
+        return out
+
+    def merge(self, other: "DecodeStats") -> "DecodeStats":
+        merged = DecodeStats()
+        for name, value in asdict(self).items():
+            theirs = getattr(other, name)
+            if isinstance(value, list):
+                width = max(len(value), len(theirs))
+                setattr(merged, name, [(value[i] if i < len(value) else 0) + (theirs[i] if i < len(theirs) else 0)
+                                       for i in range(width)])
+            else:
+                setattr(merged, name, value + theirs)
+        return merged
+
+    def __str__(self) -> str:
+        acc = ", ".join(f"{a:.2f}" for a in self.acceptance_per_position)
+        return (f"DecodeStats(rows={self.num_rows}, tokens={self.tokens}, target_nfe={self.target_nfe}, "
+                f"nfe/sample={self.nfe_per_sample:.1f}, drafter_nfe={self.drafter_nfe}, "
+                f"mean_accepted={self.mean_accepted:.2f}, acceptance/position=[{acc}], "
+                f"time draft/verify/accept/total={self.time_draft_s:.2f}/{self.time_verify_s:.2f}/"
+                f"{self.time_accept_s:.2f}/{self.time_total_s:.2f}s)")

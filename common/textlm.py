@@ -1,0 +1,235 @@
+"""The bundled byte-level text model pair: the default for the `ar` and `speculative` plugins.
+
+Both are plain `transformers.LlamaForCausalLM` checkpoints trained by
+`examples/train_text_pair.py` on the docstrings of the Python standard
+library (the one real English corpus every Python machine has offline).
+Tokens are bytes 0..255 plus BOS and EOS, so no tokenizer file is needed.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import os
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+BOS_ID = 256
+EOS_ID = 257
+VOCAB_SIZE = 258
+BUNDLED_DIR = Path(__file__).resolve().parent / "bundled" / "text_tiny"
+
+
+def encode(text: str, *, add_bos: bool = True) -> list[int]:
+    ids = list(text.encode("utf-8"))
+    return [BOS_ID] + ids if add_bos else ids
+
+
+def decode(ids) -> str:
+    data = bytes(int(i) for i in ids if 0 <= int(i) < 256)
+    return data.decode("utf-8", errors="replace")
+
+
+def stdlib_docstrings(min_chars: int = 40) -> list[str]:
+    """Docstrings of the standard library's top-level modules, in a stable order."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    texts = []
+    for path in sorted(glob.glob(os.path.join(stdlib, "*.py"))):
+        try:
+            tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) >= min_chars and doc.isascii():
+                    texts.append(doc)
+    return texts
+
+
+@dataclass
+class TextSplit:
+    train: list[str]
+    heldout: list[str]
+
+
+def split_corpus(texts: list[str], heldout_every: int = 20) -> TextSplit:
+    """Every `heldout_every`-th docstring is held out, so prompts in benches are unseen text."""
+    heldout = texts[::heldout_every]
+    train = [t for i, t in enumerate(texts) if i % heldout_every]
+    return TextSplit(train=train, heldout=heldout)
+
+
+# Prompts used by benches when the corpus cannot be rebuilt (different Python): committed text.
+FALLBACK_PROMPTS = [
+    "Return the number of items in the",
+    "Create a new dictionary with keys from",
+    "This module provides functions for",
+    "Raise ValueError if the argument is",
+    "Convert a string to a list of",
+    "Open a file and return a corresponding",
+    "The default value is None, which means",
+    "Read and return one line from the",
+]
+
+
+def bench_prompts(n: int, prompt_chars: int = 32) -> list[str]:
+    """`n` deterministic prompts: the openings of held-out docstrings."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    heldout = split_corpus(stdlib_docstrings()).heldout
+    openings = [t[:prompt_chars] for t in heldout if len(t) > prompt_chars] or FALLBACK_PROMPTS
+    return [openings[i % len(openings)] for i in range(n)]
+
+
+def load_text_pair(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+    """Load the bundled (target, draft) pair as `LlamaForCausalLM` in eval mode."""
+    from transformers import LlamaForCausalLM
+
+    missing = [p for p in ("target", "draft") if not (BUNDLED_DIR / p / "config.json").exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"bundled text models {missing} not found under {BUNDLED_DIR}; "
+            "run examples/train_text_pair.py to create them"
+        )
+    models = []
+    for name in ("target", "draft"):
+        model = LlamaForCausalLM.from_pretrained(BUNDLED_DIR / name, dtype=dtype)
+        models.append(model.to(device).eval())
+    return tuple(models)
+
+
+@dataclass
+class TextOutput:
+    texts: list[str]
+    sequences: list[list[int]]  # generated token ids per prompt (EOS included when produced)
+    stats: object  # DecodeStats
+
+
+class TextPipeline:
+    """Text generation with any decoding plugin, over a causal LM (and an optional draft LM).
+
+    With `tokenizer=None` the byte-level scheme of the bundled pair is used;
+    otherwise a Hugging Face tokenizer (left padding is applied here).
+    """
+
+    modality = "text"
+    call_defaults = {"max_new_tokens": 96, "temperature": 0.0, "top_k": None, "top_p": None}
+
+    def __init__(self, model, draft_model=None, tokenizer=None, eos_token_id: int | None = None, plugin=None,
+                 model_name: str | None = None):
+        from .model import HFCausalLM
+
+        self.model = model
+        self.target = HFCausalLM(model)
+        self.draft_model = draft_model
+        self.tokenizer = tokenizer
+        if eos_token_id is None:
+            eos_token_id = tokenizer.eos_token_id if tokenizer is not None else EOS_ID
+        self.eos_token_id = eos_token_id
+        self.plugin = plugin
+        self.device = self.target.device
+        self.model_name = model_name or getattr(model.config, "_name_or_path", None) or type(model).__name__
+
+    @classmethod
+    def bundled(cls, device: str = "cpu") -> "TextPipeline":
+        target, draft = load_text_pair(device)
+        return cls(target, draft, model_name="text-tiny")
+
+    def encode_batch(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.tokenizer is not None:
+            self.tokenizer.padding_side = "left"
+            enc = self.tokenizer(prompts, return_tensors="pt", padding=True)
+            return enc["input_ids"], enc["attention_mask"].bool()
+        rows = [encode(p) for p in prompts]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), EOS_ID, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r):] = torch.tensor(r)
+            mask[i, width - len(r):] = True
+        return ids, mask
+
+    def decode_tokens(self, tokens: list[int]) -> str:
+        if self.tokenizer is not None:
+            return self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return decode(tokens)
+
+    @torch.no_grad()
+    def __call__(self, prompts, max_new_tokens: int = 96, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, generator=None) -> TextOutput:
+        from .logits import LogitsPipeline
+
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if not prompts or any(not isinstance(p, str) for p in prompts):
+            raise ValueError("prompts must be a non-empty string or list of strings")
+        if self.plugin is None:
+            from .registry import get_plugin_class
+
+            self.plugin = get_plugin_class("ar")()
+        logits = LogitsPipeline(temperature=temperature, top_k=top_k, top_p=top_p)
+        decoder = self.plugin.build_decoder(self, self.target, logits, eos_token_id=self.eos_token_id,
+                                            pad_token_id=self.eos_token_id)
+        ids, mask = self.encode_batch(prompts)
+        out = decoder.generate(ids, mask, max_new_tokens=max_new_tokens, generator=generator)
+        sequences = out.tolist()
+        return TextOutput(texts=[self.decode_tokens(s) for s in sequences], sequences=sequences, stats=out.stats)
+
+    def cli_generate(self, args, call: dict) -> int:
+        """`mmspec generate PLUGIN --prompt ...`: print completions (and write JSON with --out)."""
+        import json
+
+        prompts = args.prompt or bench_prompts(args.num)
+        sequences, stats = self.bench_generate(prompts, args.batch_size, args.seed, call)
+        records = [{"prompt": p, "completion": self.decode_tokens(s)} for p, s in zip(prompts, sequences)]
+        for r in records:
+            print(f"{r['prompt']!r} -> {r['completion']!r}")
+        print(stats)
+        if args.out:
+            Path(args.out).write_text(json.dumps({"samples": records, "stats": stats.to_dict()}, indent=2))
+        return 0
+
+    # --- bench protocol (see mmspec.common.bench) ------------------------
+    def bench_inputs(self, num_samples: int, seed: int) -> list[str]:
+        return bench_prompts(num_samples)
+
+    def bench_generate(self, inputs: list[str], batch_size: int, seed: int, settings: dict):
+        """Generate for all inputs; sample i always uses generator seed+i, whatever the batching."""
+        from .stats import DecodeStats
+
+        sequences, stats = [], DecodeStats()
+        for start in range(0, len(inputs), batch_size):
+            chunk = inputs[start:start + batch_size]
+            gens = [torch.Generator().manual_seed(seed + start + i) for i in range(len(chunk))]
+            out = self(chunk, generator=gens, **settings)
+            sequences += out.sequences
+            stats = stats.merge(out.stats)
+        return sequences, stats
+
+    @torch.no_grad()
+    def bench_quality(self, inputs: list[str], sequences: list[list[int]]) -> dict:
+        """Mean target NLL (nats/token) of the generated tokens given their prompt."""
+        total, count = 0.0, 0
+        for prompt, seq in zip(inputs, sequences):
+            if not seq:
+                continue
+            ids, _ = self.encode_batch([prompt])
+            full = torch.cat([ids[0], torch.tensor(seq)])[None].to(self.device)
+            logp = self.model(input_ids=full).logits[0, :-1].float().log_softmax(-1)
+            gen = logp[ids.shape[1] - 1:].gather(1, full[0, ids.shape[1]:, None])
+            total -= float(gen.sum())
+            count += len(seq)
+        return {"target_nll": total / max(1, count)}
+
+
+def _register() -> None:
+    from .registry import register_bundled_model
+
+    register_bundled_model("text-tiny", "text", TextPipeline.bundled)
+
+
+_register()

@@ -1,0 +1,90 @@
+"""Static draft trees (Medusa / EAGLE style).
+
+A tree is given by its node paths: each node is the tuple of child ranks from
+the root, e.g. `(0,)` is the root's best child and `(0, 1)` that child's
+second-best child. Node 0 is the root (the last committed token); nodes
+1..N are draft tokens, ordered by depth then by path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    paths: tuple[tuple[int, ...], ...]  # one per draft node, sorted by (depth, path)
+    parent: torch.Tensor = field(repr=False)  # [N+1] long; parent node of each node, -1 for the root
+    depth: torch.Tensor = field(repr=False)  # [N+1] long; root at depth 0, also the position offset
+    ancestor_mask: torch.Tensor = field(repr=False)  # [N+1, N+1] bool; [i, j] = j is i or an ancestor of i
+    retrieve_paths: torch.Tensor = field(repr=False)  # [num_leaves, max_depth+1] long; root-to-leaf node ids, -1 padded
+    rank: torch.Tensor = field(repr=False)  # [N+1] long; child rank of each node among its siblings, -1 for the root
+
+    @classmethod
+    def from_paths(cls, paths) -> "TreeSpec":
+        paths = [tuple(int(r) for r in p) for p in paths]
+        if not paths:
+            raise ValueError("paths must name at least one draft node")
+        if len(set(paths)) != len(paths):
+            raise ValueError("paths contains duplicate nodes")
+        for p in paths:
+            if len(p) == 0 or any(r < 0 for r in p):
+                raise ValueError(f"every path must be a non-empty tuple of ranks >= 0, got {p}")
+            if len(p) > 1 and p[:-1] not in paths:
+                raise ValueError(f"path {p} has no parent {p[:-1]} in paths")
+        ordered = sorted(paths, key=lambda p: (len(p), p))
+        index = {(): 0} | {p: i + 1 for i, p in enumerate(ordered)}
+        n = len(ordered) + 1
+        parent = torch.full((n,), -1, dtype=torch.long)
+        depth = torch.zeros(n, dtype=torch.long)
+        rank = torch.full((n,), -1, dtype=torch.long)
+        for p, i in index.items():
+            if p:
+                parent[i], depth[i], rank[i] = index[p[:-1]], len(p), p[-1]
+        ancestor = torch.eye(n, dtype=torch.bool)
+        for i in range(1, n):
+            ancestor[i] = ancestor[int(parent[i])]
+            ancestor[i, i] = True
+        has_child = torch.zeros(n, dtype=torch.bool)
+        has_child[parent[1:]] = True
+        leaves = [i for i in range(n) if not has_child[i]]
+        max_depth = int(depth.max())
+        retrieve = torch.full((len(leaves), max_depth + 1), -1, dtype=torch.long)
+        for row, leaf in enumerate(leaves):
+            chain = ancestor[leaf].nonzero().flatten()  # ancestors sorted by id, hence by depth
+            retrieve[row, : len(chain)] = chain
+        return cls(tuple(ordered), parent, depth, ancestor, retrieve, rank)
+
+    @classmethod
+    def chain(cls, length: int) -> "TreeSpec":
+        if length < 1:
+            raise ValueError(f"length must be >= 1, got {length}")
+        return cls.from_paths([(0,) * d for d in range(1, length + 1)])
+
+    @classmethod
+    def full(cls, branching: list[int]) -> "TreeSpec":
+        """Every node at depth d has branching[d] children, e.g. [2, 2] -> 6 draft nodes."""
+        if not branching or any(b < 1 for b in branching):
+            raise ValueError(f"branching must be a non-empty list of ints >= 1, got {branching}")
+        level, paths = [()], []
+        for b in branching:
+            level = [p + (r,) for p in level for r in range(b)]
+            paths += level
+        return cls.from_paths(paths)
+
+    @property
+    def num_nodes(self) -> int:
+        """Draft nodes, excluding the root."""
+        return len(self.paths)
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max())
+
+    def children(self, node: int) -> list[int]:
+        return (self.parent == node).nonzero().flatten().tolist()
+
+    def nodes_at_depth(self, d: int) -> list[int]:
+        return (self.depth == d).nonzero().flatten().tolist()

@@ -1,0 +1,101 @@
+"""`speculative`: classic speculative decoding with a separate draft model.
+
+Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
+Decoding"; Chen et al. 2023, "Accelerating Large Language Model Decoding with
+Speculative Sampling". Greedy: drafts kept while they match the target's
+argmax. Sampling: accept with min(1, p/q), resample from max(p - q, 0).
+Optionally a static tree of the draft's top-ranked tokens (greedy or
+multi-candidate rejection sampling).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from mmspec.common.accept import GreedyMatch, SpeculativeSampling
+from mmspec.common.decoder import SpeculativeDecoder
+from mmspec.common.draft import DraftModelDrafter
+from mmspec.common.model import ARModel, HFCausalLM
+from mmspec.common.plugin import Plugin
+from mmspec.common.registry import field_range, register_plugin
+from mmspec.common.tree import TreeSpec
+
+
+@dataclass
+class SpeculativeConfig:
+    num_draft_tokens: int = field_range(1, 64, default=5, doc="draft length K of a chain")
+    tree_branching: str = ""  # e.g. "3,2,1": a static tree instead of a chain ("" = chain)
+
+
+def parse_branching(text: str) -> TreeSpec | None:
+    if not text:
+        return None
+    try:
+        branching = [int(b) for b in str(text).split(",")]
+    except ValueError:
+        raise ValueError(f"SpeculativeConfig.tree_branching must be comma-separated ints >= 1 like '3,2,1', "
+                         f"got {text!r}") from None
+    if any(b < 1 for b in branching):
+        raise ValueError(f"SpeculativeConfig.tree_branching entries must be >= 1, got {text!r}")
+    return TreeSpec.full(branching)
+
+
+@register_plugin("speculative")
+class SpeculativePlugin(Plugin):
+    modality = "text"
+    lossless = True
+    paper = "Leviathan et al. 2023 / Chen et al. 2023 (arXiv:2211.17192, 2302.01318)"
+    Config = SpeculativeConfig
+
+    def __init__(self, **config):
+        super().__init__(**config)
+        self.tree = parse_branching(self.config.tree_branching)
+
+    def check_pipeline(self, pipeline):
+        if getattr(pipeline, "draft_model", None) is None:
+            raise ValueError("plugin 'speculative' needs a draft model: give the pipeline draft_model=")
+
+    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1):
+        draft = pipeline.draft_model
+        draft = draft if isinstance(draft, ARModel) else HFCausalLM(draft)
+        rule = GreedyMatch() if logits.greedy else SpeculativeSampling()
+        return SpeculativeDecoder(target, DraftModelDrafter(draft, tree=self.tree), rule, logits,
+                                  num_draft_tokens=self.config.num_draft_tokens if self.tree is None else 0,
+                                  eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+
+    @torch.no_grad()
+    def bench_peer(self, pipeline, inputs, settings):
+        """transformers' assisted generation (`assistant_model=`) on the same pair, one prompt at a time."""
+        if self.tree is not None:  # assisted generation drafts chains only
+            return None
+        model, draft = pipeline.model, pipeline.draft_model
+        calls = {"n": 0}
+        hook = model.register_forward_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
+        greedy = settings.get("temperature", 0.0) == 0
+        sequences, start = [], time.perf_counter()
+        try:
+            for i, prompt in enumerate(inputs):
+                ids, mask = pipeline.encode_batch([prompt])
+                torch.manual_seed(i)
+                kwargs = dict(do_sample=False) if greedy else dict(
+                    do_sample=True, temperature=settings["temperature"], top_k=settings.get("top_k") or 0,
+                    top_p=settings.get("top_p") or 1.0)
+                out = model.generate(ids, attention_mask=mask.long(), assistant_model=draft,
+                                     max_new_tokens=settings["max_new_tokens"],
+                                     num_assistant_tokens=self.config.num_draft_tokens,
+                                     num_assistant_tokens_schedule="constant",
+                                     eos_token_id=pipeline.eos_token_id, pad_token_id=pipeline.eos_token_id,
+                                     **kwargs)
+                new = out[0, ids.shape[1]:].tolist()
+                if pipeline.eos_token_id in new:  # generate pads finished rows with EOS
+                    new = new[: new.index(pipeline.eos_token_id) + 1]
+                sequences.append(new)
+        finally:
+            hook.remove()
+        elapsed = time.perf_counter() - start
+        return {"name": "transformers assisted generation", "batch_size": 1,
+                "nfe_per_sample": calls["n"] / len(inputs), "latency_s_per_sample": elapsed / len(inputs),
+                "sequences": sequences}

@@ -38,10 +38,20 @@ def split_settings(pipeline, plugin_cls, settings: dict) -> tuple[dict, dict]:
     return call, config
 
 
-def _timed_run(pipeline, inputs, batch_size, seed, call):
-    start = time.perf_counter()
-    sequences, stats = pipeline.bench_generate(inputs, batch_size, seed, call)
-    return sequences, stats, time.perf_counter() - start
+def _interleaved_runs(pipeline, baseline, accelerated, inputs, batch_size, seed, call):
+    """Run AR and the plugin batch by batch, alternating, so machine-load drift hits both alike."""
+    from .stats import DecodeStats
+
+    runs = {"baseline": ([], DecodeStats(), 0.0), "accelerated": ([], DecodeStats(), 0.0)}
+    for start in range(0, len(inputs), batch_size):
+        chunk = inputs[start:start + batch_size]
+        for key, strategy in (("baseline", baseline), ("accelerated", accelerated)):
+            strategy.attach(pipeline)
+            begin = time.perf_counter()
+            sequences, stats = pipeline.bench_generate(chunk, batch_size, seed + start, call)
+            seqs, total, elapsed = runs[key]
+            runs[key] = (seqs + sequences, total.merge(stats), elapsed + time.perf_counter() - begin)
+    return runs["baseline"], runs["accelerated"]
 
 
 def _summary(stats, latency, num_samples, quality) -> dict:
@@ -80,12 +90,9 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
         strategy.attach(pipeline)
         pipeline.bench_generate(inputs[:1], 1, seed, call)
 
-    progress(f"[bench] {plugin}: baseline ar on {num_samples} samples")
-    baseline_cls().attach(pipeline)
-    base_seq, base_stats, base_time = _timed_run(pipeline, inputs, batch_size, seed, call)
-    progress(f"[bench] {plugin}: accelerated")
-    accelerated.attach(pipeline)
-    acc_seq, acc_stats, acc_time = _timed_run(pipeline, inputs, batch_size, seed, call)
+    progress(f"[bench] {plugin}: ar and {plugin} on {num_samples} samples, batch {batch_size}")
+    (base_seq, base_stats, base_time), (acc_seq, acc_stats, acc_time) = _interleaved_runs(
+        pipeline, baseline_cls(), accelerated, inputs, batch_size, seed, call)
     peer = accelerated.bench_peer(pipeline, inputs, call)
     if peer is not None:
         peer_seq = peer.pop("sequences", None)

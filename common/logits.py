@@ -18,7 +18,7 @@ class LogitsPipeline:
     top_p: float | None = None
 
     def __post_init__(self):
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:  # rejects nan too
             raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature!r}")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
             raise ValueError(f"top_k must be None or an int >= 1, got {self.top_k!r}")

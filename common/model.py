@@ -178,7 +178,7 @@ class CFGModel(ARModel):
     """
 
     def __init__(self, base: ARModel, guidance_scale: float):
-        if not isinstance(guidance_scale, (int, float)) or guidance_scale < 0:
+        if not isinstance(guidance_scale, (int, float)) or not guidance_scale >= 0:  # rejects nan too
             raise ValueError(f"guidance_scale must be a number >= 0, got {guidance_scale!r}")
         self.base = base
         self.guidance_scale = float(guidance_scale)

@@ -71,6 +71,7 @@ def refresh_plugins() -> None:
     """Re-scan entry points (e.g. after installing a plugin package in this process)."""
     global _discovered
     _discovered = False
+    _ENTRY_POINT_ERRORS.clear()
     _discover()
 
 
@@ -152,7 +153,8 @@ def validate_config(config) -> None:
                              f"got {value!r}")
         if "range" in meta and value is not None:
             lo, hi, lo_open, hi_open = meta["range"]
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = ok and not (isinstance(value, float) and math.isnan(value))
             if ok and lo is not None:
                 ok = value > lo if lo_open else value >= lo
             if ok and hi is not None:

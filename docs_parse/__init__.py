@@ -1,0 +1,1 @@
+"""Document-parsing substrate (page data, VLM parsers, DocParsePipeline): arrives with the documents issue."""

@@ -6,7 +6,7 @@ decoding. Training is deterministic for a given seed and resumable: a
 checkpoint is written to --work-dir every --ckpt-every steps.
 
 Shipped weights were made with:
-    python examples/train_text_pair.py --target-steps 1800 --draft-steps 1200
+    python examples/train_text_pair.py --target-steps 800 --draft-steps 800
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ def train(name: str, model, steps: int, args, stream, held, teacher=None):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target-steps", type=int, default=1800)
-    parser.add_argument("--draft-steps", type=int, default=1200)
+    parser.add_argument("--target-steps", type=int, default=800)
+    parser.add_argument("--draft-steps", type=int, default=800)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--lr", type=float, default=2e-3)

@@ -1,0 +1,1 @@
+"""Decoding plugins, one sub-package per method; each registers itself with @register_plugin."""

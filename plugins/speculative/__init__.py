@@ -31,6 +31,11 @@ class SpeculativeConfig:
 
 
 def parse_branching(text: str) -> TreeSpec | None:
+    if isinstance(text, int) and not isinstance(text, bool):  # `--set tree_branching=3` parses as an int
+        text = str(text)
+    if not isinstance(text, str):
+        raise ValueError(f"SpeculativeConfig.tree_branching must be a string like '3,2,1' ('' = chain), "
+                         f"got {text!r}")
     if not text:
         return None
     try:

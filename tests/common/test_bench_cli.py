@@ -1,0 +1,122 @@
+"""`mmspec bench` / `list` / `generate` on the bundled text pair, and the bench JSON contract."""
+
+import json
+
+import pytest
+
+from mmspec.common import cli
+from mmspec.common.bench import parse_settings, run_bench, write_markdown
+
+CONTRACT = ["plugin", "model", "device", "num_samples", "batch_size", "seed", "lossless", "baseline",
+            "accelerated", "step_compression", "speedup", "exact_match_rate"]
+SMALL = {"max_new_tokens": 12}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def torch_kernels_for_module():
+    """The Triton path is covered by test_kernels; here the interpreter would only add minutes."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MMSPEC_KERNELS", "torch")
+    yield
+    patch.undo()
+
+
+@pytest.fixture(scope="module")
+def spec_result():
+    return run_bench("speculative", num_samples=3, batch_size=2, seed=0, settings=SMALL, progress=lambda _: None)
+
+
+def test_bench_json_contract(spec_result):
+    for key in CONTRACT:
+        assert key in spec_result
+    for side in ("baseline", "accelerated"):
+        assert {"nfe_per_sample", "latency_s_per_sample", "quality"} <= set(spec_result[side])
+    assert {"mean_accepted", "acceptance_per_position"} <= set(spec_result["accelerated"])
+    json.dumps(spec_result)  # serialisable
+
+
+def test_bench_speculative_is_lossless_and_compresses(spec_result):
+    assert spec_result["lossless"] is True
+    assert spec_result["exact_match_rate"] == 1.0
+    assert spec_result["baseline"]["nfe_per_sample"] == 12
+    assert spec_result["baseline"]["mean_accepted"] == 1.0
+    assert spec_result["accelerated"]["nfe_per_sample"] < 12
+    assert spec_result["step_compression"] > 1
+    assert spec_result["accelerated"]["quality"]["target_nll"] == pytest.approx(
+        spec_result["baseline"]["quality"]["target_nll"], rel=1e-4)
+
+
+def test_bench_runs_the_peer_side_by_side(spec_result):
+    peer = spec_result["peer"]
+    assert peer["name"] == "transformers assisted generation"
+    assert peer["nfe_per_sample"] > 0 and peer["latency_s_per_sample"] > 0
+    assert peer["exact_match_rate_vs_ar"] == 1.0
+
+
+def test_bench_sampling_reports_no_exact_match():
+    result = run_bench("speculative", num_samples=2, settings={**SMALL, "temperature": 1.0, "top_k": 20},
+                       progress=lambda _: None)
+    assert result["exact_match_rate"] is None
+
+
+def test_bench_markdown(spec_result, tmp_path):
+    path = tmp_path / "BENCH.md"
+    write_markdown([spec_result], path, "mmspec bench speculative")
+    text = path.read_text()
+    assert "| speculative |" in text and "transformers assisted generation" in text
+
+
+@pytest.mark.parametrize("settings, match", [
+    ({"num_draft_tokens": 0}, "num_draft_tokens"),
+    ({"temperature": -1.0}, "temperature"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"bogus": 1}, "unknown --set key"),
+])
+def test_bench_bad_settings(settings, match):
+    with pytest.raises(ValueError, match=match):
+        run_bench("speculative", num_samples=1, settings={**SMALL, **settings}, progress=lambda _: None)
+
+
+def test_bench_bad_arguments():
+    with pytest.raises(KeyError, match="available"):
+        run_bench("nope")
+    with pytest.raises(ValueError, match="batch_size"):
+        run_bench("speculative", batch_size=0)
+    with pytest.raises(ValueError, match="model must be one of"):
+        run_bench("speculative", model="no-such-model")
+
+
+def test_parse_settings():
+    assert parse_settings(["a=1", "b=0.5", "c=true", "d=none", "e=3,2,1"]) == {
+        "a": 1, "b": 0.5, "c": True, "d": None, "e": "3,2,1"}
+    with pytest.raises(ValueError, match="key=value"):
+        parse_settings(["novalue"])
+
+
+def test_cli_list(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "speculative" in out and "lossless" in out and "Leviathan" in out
+
+
+def test_cli_bench_writes_json(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    assert cli.main(["bench", "speculative", "--num-samples", "1", "--set", "max_new_tokens=8",
+                     "--json", str(path), "--quiet"]) == 0
+    assert json.loads(path.read_text())["plugin"] == "speculative"
+    assert "step compr." in capsys.readouterr().out
+
+
+def test_cli_errors_are_clear(capsys):
+    assert cli.main(["bench", "nope", "--quiet"]) == 2
+    assert "available" in capsys.readouterr().err
+    assert cli.main(["bench", "speculative", "--set", "num_draft_tokens=0", "--quiet"]) == 2
+    assert "num_draft_tokens" in capsys.readouterr().err
+
+
+def test_cli_generate(tmp_path, capsys):
+    out = tmp_path / "gen.json"
+    assert cli.main(["generate", "speculative", "--prompt", "Return the", "--set", "max_new_tokens=8",
+                     "--out", str(out)]) == 0
+    samples = json.loads(out.read_text())["samples"]
+    assert samples[0]["prompt"] == "Return the" and len(samples[0]["completion"]) > 0

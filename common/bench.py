@@ -123,15 +123,21 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
 
 
 def format_table(results: list[dict]) -> str:
-    head = ("| plugin | model | lossless | batch | mean accepted | NFE/sample (AR → plugin) | step compr. | "
+    head = ("| plugin | config | model | lossless | batch | sampling | mean accepted | NFE/sample (AR → plugin) | step compr. | "
             "latency s/sample (AR → plugin) | speedup | exact match | quality (AR → plugin) |")
-    rows = [head, "|" + "---|" * 11]
+    rows = [head, "|" + "---|" * 13]
     for r in results:
         base, acc = r["baseline"], r["accelerated"]
         quality = ", ".join(f"{k} {base['quality'][k]:.3g} → {acc['quality'].get(k, float('nan')):.3g}"
                             for k in base["quality"])
         exact = "—" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.2f}"
-        rows.append(f"| {r['plugin']} | {r['model']} | {'yes' if r['lossless'] else 'no'} | {r['batch_size']} | "
+        s = r.get("settings", {})
+        sampling = "greedy" if s.get("temperature", 0) == 0 else ", ".join(
+            f"{k}={s[k]}" for k in ("temperature", "top_k", "top_p") if s.get(k) is not None)
+        defaults = asdict(get_plugin_class(r["plugin"]).Config())
+        config = ", ".join(f"{k}={v}" for k, v in r["config"].items() if defaults.get(k) != v) or "defaults"
+        rows.append(f"| {r['plugin']} | {config} | {r['model']} | {'yes' if r['lossless'] else 'no'} | {r['batch_size']} | "
+                    f"{sampling} | "
                     f"{acc['mean_accepted']:.2f} | {base['nfe_per_sample']:.1f} → {acc['nfe_per_sample']:.1f} | "
                     f"{r['step_compression']:.2f}× | {base['latency_s_per_sample']:.3f} → "
                     f"{acc['latency_s_per_sample']:.3f} | {r['speedup']:.2f}× | {exact} | {quality} |")
@@ -175,8 +181,13 @@ def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
     for r in results:
         acc = r["accelerated"]["acceptance_per_position"]
         if acc:
-            text.append(f"- `{r['plugin']}` ({r['config']}): " + ", ".join(f"{a:.2f}" for a in acc))
+            text.append(f"- `{r['plugin']}` batch {r['batch_size']}, {r['settings']}, {r['config']}: "
+                        + ", ".join(f"{a:.2f}" for a in acc))
     Path(path).write_text("\n".join(text) + "\n")
+
+
+# Extra rows `--all` adds per plugin beyond its defaults: ragged batches and sampling.
+ALL_VARIANTS = ({"batch_size": 1}, {"batch_size": 4}, {"batch_size": 1, "settings": {"temperature": 1.0}})
 
 
 def run_all(markdown: str | Path | None, json_path: str | Path | None, device: str = "cpu", seed: int = 0,
@@ -185,7 +196,9 @@ def run_all(markdown: str | Path | None, json_path: str | Path | None, device: s
     for name in list_plugins():
         if name == "ar":
             continue
-        results.append(run_bench(name, device=device, seed=seed, progress=progress))
+        for variant in ALL_VARIANTS + tuple(get_plugin_class(name).bench_variants):
+            results.append(run_bench(name, device=device, seed=seed, progress=progress,
+                                     batch_size=variant.get("batch_size", 1), settings=variant.get("settings")))
     if json_path:
         Path(json_path).write_text(json.dumps(results, indent=2))
     if markdown:

@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # weight-loading bars would bury the tables
     try:
         return args.func(args)
     except (ValueError, KeyError, NotImplementedError, FileNotFoundError) as exc:

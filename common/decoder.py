@@ -76,6 +76,7 @@ class SpeculativeDecoder:
         pre_ids, pre_mask = (ids, mask) if prefill_input is None else left_align(*prefill_input)[:2]
         state, pre_out = self.target.prefill(pre_ids[:, :-1].to(device), pre_mask[:, :-1].to(device))
         stats.prefill_nfe += pre_out is not None
+        self.target.begin_decode(state, pre_ids[:, -1])
         if self.drafter is not None:
             self.drafter.begin(ids[:, :-1], mask[:, :-1])
 

@@ -85,6 +85,9 @@ class ARModel:
         out = self.forward(state, ids, positions, token_mask=mask, output_hidden=output_hidden)
         return state, out
 
+    def begin_decode(self, state: DecodeState, last_prompt_tokens: torch.Tensor) -> None:
+        """Told the prompts' last tokens (fed with the first drafts), in prefill's row layout."""
+
     def forward(self, state: DecodeState, tokens: torch.Tensor, positions: torch.Tensor, *,
                 token_mask: torch.Tensor | None = None, tree: TreeSpec | None = None,
                 tree_nodes: torch.Tensor | None = None, output_hidden: bool = False) -> ModelOutput:
@@ -207,10 +210,18 @@ class CFGModel(ARModel):
         shift = state.extra["uncond_shift"].to(positions.device)[:, None]
         return torch.cat([positions, positions + shift], 0)
 
+    def begin_decode(self, state, last_prompt_tokens):
+        # The unconditional prompt ends with its own token (e.g. the null class), not the conditional one.
+        state.extra["uncond_last"] = last_prompt_tokens.chunk(2)[1]
+
     def forward(self, state, tokens, positions, *, token_mask=None, tree=None, tree_nodes=None,
                 output_hidden=False):
+        uncond_tokens = tokens
+        if "uncond_last" in state.extra:
+            uncond_tokens = tokens.clone()
+            uncond_tokens[:, 0] = state.extra.pop("uncond_last").to(tokens.device)
         out = self.base.forward(
-            state, torch.cat([tokens, tokens], 0), self._double(state, positions),
+            state, torch.cat([tokens, uncond_tokens], 0), self._double(state, positions),
             token_mask=None if token_mask is None else torch.cat([token_mask, token_mask], 0),
             tree=tree, tree_nodes=tree_nodes, output_hidden=output_hidden)
         return self._combine_output(out)
@@ -223,6 +234,8 @@ class CFGModel(ARModel):
         self.base.keep(state, torch.cat([path_nodes, path_nodes], 0))
 
     def select_rows(self, state, rows):
+        if "uncond_last" in state.extra:
+            state.extra["uncond_last"] = state.extra["uncond_last"][rows.to(self.device)]
         batch = state.extra["uncond_shift"].shape[0]
         self.base.select_rows(state, torch.cat([rows, rows + batch]))
         state.extra["uncond_shift"] = state.extra["uncond_shift"][rows.to(self.device)]

@@ -26,6 +26,7 @@ class Plugin:
     lossless: bool = True
     paper: str = ""
     Config: type = NoConfig
+    bench_variants: tuple = ()  # extra `mmspec bench --all` rows, e.g. ({"settings": {"window": 8}},)
 
     def __init__(self, **config):
         self.config = make_config(self.Config, config)

@@ -117,6 +117,7 @@ class TextPipeline:
     """
 
     modality = "text"
+    bench_num_samples = 32
     call_defaults = {"max_new_tokens": 96, "temperature": 0.0, "top_k": None, "top_p": None}
 
     def __init__(self, model, draft_model=None, tokenizer=None, eos_token_id: int | None = None, plugin=None,

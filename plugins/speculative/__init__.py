@@ -54,6 +54,7 @@ class SpeculativePlugin(Plugin):
     lossless = True
     paper = "Leviathan et al. 2023 / Chen et al. 2023 (arXiv:2211.17192, 2302.01318)"
     Config = SpeculativeConfig
+    bench_variants = ({"settings": {"tree_branching": "3,2,1"}}, {"settings": {"num_draft_tokens": 3}})
 
     def __init__(self, **config):
         super().__init__(**config)

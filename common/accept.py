@@ -60,10 +60,9 @@ class GreedyMatch(AcceptRule):
     lossless = True
 
     def __call__(self, draft, target_probs, generator=None):
-        argmax = target_probs.argmax(-1)
         if draft.tree is not None:
             return tree_accept(draft, target_probs, None, greedy=True)
-        num, tokens = greedy_accept(draft.tokens, argmax)
+        num, tokens = greedy_accept(draft.tokens, target_probs.argmax(-1))
         return Acceptance(num, tokens)
 
 

@@ -23,6 +23,8 @@ BUILTIN_MODULES = ("mmspec.common.textlm", "mmspec.plugins.ar", "mmspec.plugins.
 MODALITIES = ("any", "text", "vision", "speech", "docs")
 # What modality-free plugins (`ar`) run on when no model is named: the main bundled job.
 PROJECT_DEFAULT_MODEL = "text-tiny"
+# Bundled pipelines registered lazily (importing their modules pulls in diffusers).
+LAZY_BUNDLED = {"llamagen-tiny": ("vision", "mmspec.vision.pipeline:bundled_pipeline")}
 
 _REGISTRY: dict[str, type] = {}
 _BUNDLED: dict[str, tuple[str, Any]] = {}  # model name -> (modality, factory(device) -> pipeline)
@@ -57,6 +59,8 @@ def _discover() -> None:
     _discovered = True
     for module in BUILTIN_MODULES:
         importlib.import_module(module)
+    for name, (modality, factory) in LAZY_BUNDLED.items():
+        register_bundled_model(name, modality, factory)
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             obj = ep.load()
@@ -105,7 +109,10 @@ def load_plugin(name: str, pipeline=None, **config):
 
 
 def register_bundled_model(name: str, modality: str, factory) -> None:
-    """Make a bundled pipeline loadable by name (`--model NAME`); the first of a modality is its default."""
+    """Make a bundled pipeline loadable by name (`--model NAME`); the first of a modality is its default.
+
+    factory: a callable(device) -> pipeline, or "module:function" to import only when first used.
+    """
     if modality not in MODALITIES[1:]:
         raise ValueError(f"modality must be one of {MODALITIES[1:]}, got {modality!r}")
     _BUNDLED[name] = (modality, factory)
@@ -125,7 +132,11 @@ def load_bundled_pipeline(name: str | None, modality: str, device: str = "cpu"):
         name = PROJECT_DEFAULT_MODEL if modality == "any" else available[0]
     if name not in available:
         raise ValueError(f"model must be one of {available} for a {modality} plugin, got {name!r}")
-    return _BUNDLED[name][1](device)
+    factory = _BUNDLED[name][1]
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        factory = getattr(importlib.import_module(module), attr)
+    return factory(device)
 
 
 def field_range(lo=None, hi=None, *, default, doc: str = "", lo_open: bool = False, hi_open: bool = False):

@@ -108,6 +108,66 @@ class ARImagePipeline(DiffusionPipeline):
             return images, out.stats
         return ARImagePipelineOutput(images=images, tokens=out.sequences, stats=out.stats)
 
+    # --- bench protocol (see mmspec.common.bench) ------------------------
+    bench_num_samples = 100
+
+    def bench_inputs(self, num_samples: int, seed: int) -> list[int]:
+        """Class labels, cycling through the classes."""
+        return [i % self.num_classes for i in range(num_samples)]
+
+    def bench_generate(self, inputs: list[int], batch_size: int, seed: int, settings: dict):
+        """Image i always uses generator seed+i, whatever the batching. Returns code lists + stats."""
+        sequences, stats = [], DecodeStats()
+        disabled = getattr(self, "_progress_bar_config", {}).get("disable")
+        self.set_progress_bar_config(disable=True)
+        try:
+            for start in range(0, len(inputs), batch_size):
+                chunk = inputs[start:start + batch_size]
+                gens = [torch.Generator().manual_seed(seed + start + i) for i in range(len(chunk))]
+                out = self(class_labels=chunk, generator=gens, output_type="pt", **settings)
+                sequences += out.tokens.tolist()
+                stats = stats.merge(out.stats)
+        finally:
+            self.set_progress_bar_config(disable=disabled)
+        return sequences, stats
+
+    @torch.no_grad()
+    def bench_quality(self, inputs: list[int], sequences: list[list[int]]) -> dict:
+        """Class accuracy and Fréchet distance (bundled classifier) and target NLL of the codes.
+
+        fd_floor is the distance between two disjoint sets of real held-out crops of the same size,
+        the value a perfect generator would get at this sample count.
+        """
+        from . import metrics
+
+        labels = torch.tensor(inputs)
+        codes = torch.tensor(sequences, device=self.device)
+        images = torch.cat([(decode_codes(self.vqvae, c.view(-1, self.grid_size, self.grid_size)) + 1) / 2
+                            for c in codes.split(100)]).cpu()
+        classifier = metrics.load_bundled_classifier(self.device)
+        real_a, real_b = _real_reference_features(classifier, len(images))
+        fake = metrics.features(classifier, images)
+        return {"class_acc": metrics.class_accuracy(classifier, images, labels),
+                "fd": metrics.frechet_distance(fake, real_a),
+                "fd_floor": metrics.frechet_distance(real_b, real_a),
+                "nll": metrics.target_nll(self.transformer, labels.to(self.device), codes)}
+
+    def cli_generate(self, args, call: dict) -> int:
+        """`mmspec generate PLUGIN --num N --out grid.png`: N images cycling through the classes."""
+        from .data import CLASS_NAMES
+        from .metrics import save_image_grid
+
+        labels = self.bench_inputs(args.num, args.seed)
+        codes, stats = self.bench_generate(labels, args.batch_size, args.seed, call)
+        codes = torch.tensor(codes, device=self.device).view(-1, self.grid_size, self.grid_size)
+        images = ((decode_codes(self.vqvae, codes) + 1) / 2).cpu()
+        out = args.out or "grid.png"
+        save_image_grid(images, rows=max(1, round(len(images) ** 0.5)), path=out)
+        names = [CLASS_NAMES[c] if c < len(CLASS_NAMES) else str(c) for c in labels]
+        print(f"wrote {len(images)} images to {out} (classes: {', '.join(names)})")
+        print(stats)
+        return 0
+
     @staticmethod
     def postprocess(images: torch.Tensor, output_type: str):
         if output_type == "pt":
@@ -116,6 +176,36 @@ class ARImagePipeline(DiffusionPipeline):
         if output_type == "np":
             return array
         return [PIL.Image.fromarray((a * 255).round().astype(np.uint8)) for a in array]
+
+
+_REAL_FEATURES: dict = {}
+
+
+def _real_reference_features(classifier, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two disjoint sets of n held-out real crops' features (cached per n)."""
+    if n not in _REAL_FEATURES:
+        from .data import CLASS_NAMES, make_crops
+        from .metrics import features
+
+        per_class = -(-2 * n // len(CLASS_NAMES))
+        crops = make_crops("heldout", per_class, seed=1)
+        order = torch.randperm(len(crops.images), generator=torch.Generator().manual_seed(0))
+        images = crops.images[order].float() / 255
+        _REAL_FEATURES[n] = (features(classifier, images[:n]), features(classifier, images[n:2 * n]))
+    return _REAL_FEATURES[n]
+
+
+def bundled_pipeline(device: str = "cpu") -> ARImagePipeline:
+    """`llamagen-tiny`: the bundled LlamaGen-style GPT + VQ tokenizer trained on natural-photo crops."""
+    from .tokenizer import BUNDLED_DIR, load_bundled_vq
+
+    path = BUNDLED_DIR / "llamagen"
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"bundled image model not found under {path}; run examples/train_llamagen.py")
+    transformer = LlamaGenModel.from_pretrained(path, torch_dtype=torch.float32).to(device).eval()
+    pipe = ARImagePipeline(transformer, load_bundled_vq(device))
+    pipe.model_name = "llamagen-tiny"
+    return pipe
 
 
 def image_grid(images: list, rows: int) -> PIL.Image.Image:

@@ -94,3 +94,20 @@ def test_callback_and_plugin_switch(pipe):
 def test_bad_inputs(pipe, kwargs, match):
     with pytest.raises(ValueError, match=match):
         pipe(**kwargs)
+
+
+def test_bench_protocol_on_tiny_components(pipe, monkeypatch):
+    """bench_generate is batch-invariant and bench_quality reports the quality block."""
+    from mmspec.vision import metrics
+
+    torch.manual_seed(0)
+    classifier = metrics.build_classifier().eval()
+    monkeypatch.setattr(metrics, "load_bundled_classifier", lambda device="cpu": classifier)
+    labels = pipe.bench_inputs(6, seed=0)
+    assert labels == [0, 1, 2, 0, 1, 2]
+    one, stats = pipe.bench_generate(labels, 1, 0, {"guidance_scale": 2.0})
+    three, _ = pipe.bench_generate(labels, 3, 0, {"guidance_scale": 2.0})
+    assert one == three and stats.tokens == 6 * 16
+    quality = pipe.bench_quality(labels, one)
+    assert set(quality) == {"class_acc", "fd", "fd_floor", "nll"}
+    assert 0 <= quality["class_acc"] <= 1 and quality["fd"] >= 0 and quality["nll"] > 0

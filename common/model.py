@@ -213,6 +213,7 @@ class CFGModel(ARModel):
     def begin_decode(self, state, last_prompt_tokens):
         # The unconditional prompt ends with its own token (e.g. the null class), not the conditional one.
         state.extra["uncond_last"] = last_prompt_tokens.chunk(2)[1]
+        self.base.begin_decode(state, last_prompt_tokens)
 
     def forward(self, state, tokens, positions, *, token_mask=None, tree=None, tree_nodes=None,
                 output_hidden=False):

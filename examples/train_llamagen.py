@@ -28,13 +28,14 @@ GPT_CONFIG = dict(dim=256, n_layer=6, n_head=4, multiple_of=64, num_classes=10, 
                   class_dropout_prob=0.1, token_dropout_p=0.1, resid_dropout_p=0.1)
 
 
-def cached_tokens(work: Path, split: str, per_class: int, seed: int):
+def cached_tokens(work: Path, split: str, per_class: int, seed: int, crops_dir: Path):
     path = work / f"tokens_{split}_{per_class}_{seed}.pt"
     if path.exists():
         return torch.load(path)
     from mmspec.vision.data import make_crops
 
-    crops = make_crops(split, per_class, seed)
+    cached = crops_dir / f"crops_{split}_{per_class}_{seed}.pt"
+    crops = torch.load(cached) if cached.exists() else make_crops(split, per_class, seed)
     vq = load_bundled_vq()
     images = crops.float_images()
     codes = torch.cat([encode_codes(vq, images[i:i + 250]) for i in range(0, len(images), 250)])
@@ -70,17 +71,19 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--per-class", type=int, default=3000)
-    parser.add_argument("--heldout-per-class", type=int, default=100)
+    parser.add_argument("--heldout-per-class", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--work-dir", default="runs/llamagen")
+    parser.add_argument("--crops-dir", default="runs/vq", help="reuse crops cached by train_vq.py")
     parser.add_argument("--out", default=str(BUNDLED_DIR / "llamagen"))
     args = parser.parse_args()
 
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    train = cached_tokens(work, "train", args.per_class, args.seed)
-    held = cached_tokens(work, "heldout", args.heldout_per_class, args.seed)
+    crops_dir = Path(args.crops_dir)
+    train = cached_tokens(work, "train", args.per_class, args.seed, crops_dir)
+    held = cached_tokens(work, "heldout", args.heldout_per_class, args.seed, crops_dir)
     print(f"train sequences {len(train['codes'])}, held-out {len(held['codes'])}", flush=True)
 
     torch.manual_seed(args.seed)

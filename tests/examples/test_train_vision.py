@@ -1,0 +1,74 @@
+"""Smoke tests of the vision training scripts: a few steps on a handful of real crops, then resume."""
+
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run(script, args):
+    old = sys.argv
+    sys.argv = [str(EXAMPLES / script)] + [str(a) for a in args]
+    try:
+        runpy.run_path(str(EXAMPLES / script), run_name="__main__")
+    finally:
+        sys.argv = old
+
+
+def weights(path: Path) -> dict:
+    return load_file(next(path.glob("*.safetensors")))
+
+
+@pytest.fixture(scope="module")
+def crops_dir(tmp_path_factory):
+    """Crops cached once (as train_vq.py would) so the three scripts share them."""
+    from mmspec.vision.data import make_crops
+
+    d = tmp_path_factory.mktemp("crops")
+    torch.save(make_crops("train", 4, 0), d / "crops_train_4_0.pt")
+    torch.save(make_crops("heldout", 2, 0), d / "crops_heldout_2_0.pt")
+    return d
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_train_vq_runs_and_resumes_exactly(tmp_path, crops_dir):
+    common = ["--per-class", 4, "--heldout-per-class", 2, "--batch-size", 4, "--restart-every", 1,
+              "--ckpt-every", 1]
+    for name in ("crops_train_4_0.pt", "crops_heldout_2_0.pt"):
+        for work in ("a", "b"):
+            (tmp_path / work).mkdir(exist_ok=True)
+            (tmp_path / work / name).write_bytes((crops_dir / name).read_bytes())
+    run("train_vq.py", common + ["--steps", 3, "--work-dir", tmp_path / "a", "--out", tmp_path / "out_a"])
+    run("train_vq.py", common + ["--steps", 1, "--work-dir", tmp_path / "b", "--out", tmp_path / "out_b1"])
+    run("train_vq.py", common + ["--steps", 3, "--work-dir", tmp_path / "b", "--out", tmp_path / "out_b"])
+    a, b = weights(tmp_path / "out_a"), weights(tmp_path / "out_b")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_train_llamagen_smoke(tmp_path, crops_dir):
+    run("train_llamagen.py", ["--steps", 2, "--per-class", 4, "--heldout-per-class", 2, "--batch-size", 2,
+                              "--eval-every", 1, "--crops-dir", crops_dir, "--work-dir", tmp_path / "w",
+                              "--out", tmp_path / "out"])
+    from mmspec.vision.llamagen import LlamaGenModel
+
+    model = LlamaGenModel.from_pretrained(tmp_path / "out")
+    assert model.config.vocab_size == 512 and model.config.num_classes == 10
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_train_classifier_smoke(tmp_path, crops_dir):
+    run("train_classifier.py", ["--steps", 2, "--per-class", 4, "--heldout-per-class", 2, "--batch-size", 4,
+                                "--ckpt-every", 1, "--crops-dir", crops_dir, "--work-dir", tmp_path / "w",
+                                "--out", tmp_path / "out"])
+    from mmspec.vision.metrics import build_classifier
+
+    state = load_file(tmp_path / "out" / "model.safetensors")
+    model = build_classifier()
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing)

@@ -130,6 +130,19 @@ class ARModel:
             self._map_kv(state, gather)
 
 
+def hf_cache_kwarg(module) -> str:
+    """transformers renamed `past_key_values` to `cache` (deprecated in 5.x); the name this version takes."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
+def map_dynamic_cache(cache, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Apply fn to every initialised K and V tensor [B, heads, S, dim] of a transformers DynamicCache."""
+    for layer in cache.layers:
+        if getattr(layer, "is_initialized", True) and getattr(layer, "keys", None) is not None \
+                and layer.keys.numel():
+            layer.keys, layer.values = fn(layer.keys), fn(layer.values)
+
+
 class HFCausalLM(ARModel):
     """Adapter for any Hugging Face `transformers` causal LM that takes a 4-D attention mask.
 
@@ -145,9 +158,7 @@ class HFCausalLM(ARModel):
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.device = next(model.parameters()).device
         self.compact_slack = compact_slack
-        # transformers renamed `past_key_values` to `cache` (deprecated in 5.x); use what this version takes.
-        params = inspect.signature(model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._cache_kwarg = hf_cache_kwarg(model)
 
     def mask_dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
@@ -165,10 +176,7 @@ class HFCausalLM(ARModel):
         return ModelOutput(logits=out.logits.float(), hidden=hidden)
 
     def _map_kv(self, state, fn):
-        for layer in state.cache.layers:
-            if getattr(layer, "is_initialized", True) and getattr(layer, "keys", None) is not None \
-                    and layer.keys.numel():
-                layer.keys, layer.values = fn(layer.keys), fn(layer.values)
+        map_dynamic_cache(state.cache, fn)
 
 
 class CFGModel(ARModel):

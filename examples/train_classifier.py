@@ -58,7 +58,7 @@ def main():
     crops = {}
     for split, n in (("train", args.per_class), ("heldout", args.heldout_per_class)):
         cached = Path(args.crops_dir) / f"crops_{split}_{n}_{args.seed}.pt"
-        crops[split] = torch.load(cached) if cached.exists() else make_crops(split, n, args.seed)
+        crops[split] = torch.load(cached, weights_only=False) if cached.exists() else make_crops(split, n, args.seed)
     train_x, train_y = crops["train"].images.float() / 255, crops["train"].labels
     held_x, held_y = crops["heldout"].images.float() / 255, crops["heldout"].labels
 

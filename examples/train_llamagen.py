@@ -31,11 +31,11 @@ GPT_CONFIG = dict(dim=256, n_layer=6, n_head=4, multiple_of=64, num_classes=10, 
 def cached_tokens(work: Path, split: str, per_class: int, seed: int, crops_dir: Path):
     path = work / f"tokens_{split}_{per_class}_{seed}.pt"
     if path.exists():
-        return torch.load(path)
+        return torch.load(path, weights_only=False)  # our own cache file
     from mmspec.vision.data import make_crops
 
     cached = crops_dir / f"crops_{split}_{per_class}_{seed}.pt"
-    crops = torch.load(cached) if cached.exists() else make_crops(split, per_class, seed)
+    crops = torch.load(cached, weights_only=False) if cached.exists() else make_crops(split, per_class, seed)
     vq = load_bundled_vq()
     images = crops.float_images()
     codes = torch.cat([encode_codes(vq, images[i:i + 250]) for i in range(0, len(images), 250)])

@@ -32,7 +32,7 @@ BUNDLED_VQ = Path(__file__).resolve().parents[1] / "vision" / "bundled" / "vq"
 def cached_crops(work: Path, split: str, per_class: int, seed: int):
     path = work / f"crops_{split}_{per_class}_{seed}.pt"
     if path.exists():
-        return torch.load(path)
+        return torch.load(path, weights_only=False)  # our own cache file
     crops = make_crops(split, per_class, seed)
     torch.save(crops, path)
     return crops

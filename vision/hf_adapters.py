@@ -25,27 +25,14 @@ mask through unchanged; eager and SDPA attention accept it), and owns a
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from mmspec.common.model import ARModel, DecodeState, ModelOutput
+from mmspec.common.model import ARModel, DecodeState, ModelOutput, hf_cache_kwarg, map_dynamic_cache
 from mmspec.common.slots import SlotTable, additive_mask
 from mmspec.common.tree import TreeSpec
-
-
-def _cache_kwarg(module) -> str:
-    # transformers 5.x renamed `past_key_values` to `cache` (the old name is deprecated); use what this version takes.
-    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
-
-
-def _map_dynamic_cache(cache, fn) -> None:
-    for layer in cache.layers:
-        if getattr(layer, "is_initialized", True) and getattr(layer, "keys", None) is not None \
-                and layer.keys.numel():
-            layer.keys, layer.values = fn(layer.keys), fn(layer.values)
 
 
 class _HFImageAdapter(ARModel):
@@ -60,7 +47,7 @@ class _HFImageAdapter(ARModel):
         self.compact_slack = compact_slack
         self._decoder = decoder
         self._text_config = text_config
-        self._cache_kwarg = _cache_kwarg(decoder)
+        self._cache_kwarg = hf_cache_kwarg(decoder)
 
     @property
     def text_offset(self) -> int:
@@ -92,7 +79,7 @@ class _HFImageAdapter(ARModel):
         return out.last_hidden_state
 
     def _map_kv(self, state, fn):
-        _map_dynamic_cache(self._kv(state), fn)
+        map_dynamic_cache(self._kv(state), fn)
 
 
 class JanusImageAdapter(_HFImageAdapter):

@@ -132,8 +132,9 @@ def format_table(results: list[dict]) -> str:
                             for k in base["quality"])
         exact = "—" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.2f}"
         s = r.get("settings", {})
-        sampling = "greedy" if s.get("temperature", 0) == 0 else ", ".join(
-            f"{k}={s[k]}" for k in ("temperature", "top_k", "top_p") if s.get(k) is not None)
+        shown = [f"{k}={s[k]}" for k in ("temperature", "top_k", "top_p", "guidance_scale")
+                 if s.get(k) is not None and not (k == "temperature" and s[k] == 0)]
+        sampling = ", ".join((["greedy"] if s.get("temperature", 0) == 0 else []) + shown)
         defaults = asdict(get_plugin_class(r["plugin"]).Config())
         config = ", ".join(f"{k}={v}" for k, v in r["config"].items() if defaults.get(k) != v) or "defaults"
         rows.append(f"| {r['plugin']} | {config} | {r['model']} | {'yes' if r['lossless'] else 'no'} | {r['batch_size']} | "
@@ -190,9 +191,14 @@ def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
 ALL_VARIANTS = ({"batch_size": 1}, {"batch_size": 4}, {"batch_size": 1, "settings": {"temperature": 1.0}})
 
 
+# Plain-AR rows that document a bundled model's own quality (with and without guidance).
+BASELINE_ROWS = (("llamagen-tiny", {"guidance_scale": 3.0}), ("llamagen-tiny", {"guidance_scale": 1.0}))
+
+
 def run_all(markdown: str | Path | None, json_path: str | Path | None, device: str = "cpu", seed: int = 0,
             progress=print) -> list[dict]:
-    results = []
+    results = [run_bench("ar", model=model, device=device, seed=seed, progress=progress, settings=settings)
+               for model, settings in BASELINE_ROWS]
     for name in list_plugins():
         if name == "ar":
             continue

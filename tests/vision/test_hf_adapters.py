@@ -17,74 +17,14 @@ from mmspec.common.model import CFGModel
 from mmspec.common.tree import TreeSpec
 from mmspec.vision.hf_adapters import ChameleonImageAdapter, Emu3ImageAdapter, JanusImageAdapter
 
+from tiny_models import (  # tests/ is on pythonpath
+    HF_CODES as CODES, HF_GRID as GRID, JANUS_BOI as BOI, build_tiny_chameleon, build_tiny_emu3, build_tiny_janus,
+    shuffled_image_ids as _image_ids,
+)
+
 GREEDY = LogitsPipeline(temperature=0)
-CODES = 24  # codebook size of every tiny model
-TEXT = 40  # text part of the Emu3 / Chameleon vocabularies; image tokens follow, shuffled
-GRID = 4  # 4x4 images
-BOI = 5  # Janus's <begin_of_image>
-
-
-def _spread(model, std=0.3, seed=0):
-    """Random init with a larger scale, so greedy codes vary instead of repeating one token."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=gen) * std)
-    return model.eval()
-
-
-def _image_ids(seed=0):
-    """LM ids of the CODES image tokens, deliberately not in code order."""
-    return (TEXT + torch.randperm(CODES, generator=torch.Generator().manual_seed(seed))).tolist()
-
-
-def build_tiny_janus(seed=0):
-    from transformers import JanusConfig, JanusForConditionalGeneration
-
-    torch.manual_seed(seed)
-    text = dict(model_type="llama", vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1,
-                pad_token_id=0, eos_token_id=2)
-    vision = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=16,
-                  projection_dim=32, num_image_tokens=GRID * GRID, mlp_ratio=2)
-    vq = dict(embed_dim=8, num_embeddings=CODES, latent_channels=32, base_channels=32, channel_multiplier=[1, 1],
-              num_res_blocks=1, projection_dim=32, image_token_embed_dim=32, num_hidden_layers=2)
-    config = JanusConfig(text_config=text, vision_config=vision, vq_config=vq, image_token_id=3)
-    model = _spread(JanusForConditionalGeneration(config), seed=seed)
-    model.generation_config.generation_kwargs = {"boi_token_id": BOI}
-    return model
-
-
-def build_tiny_emu3(seed=0):
-    from transformers import Emu3Config, Emu3ForConditionalGeneration
-
-    torch.manual_seed(seed)
-    vocab = {f"<|visual token {c:06d}|>": i for c, i in enumerate(_image_ids(seed))}
-    vocab.update({"<|extra_200|>": 30, "<image>": 31, "<|image token|>": 33})  # EOL, input image, image wrapper
-    text = dict(vocab_size=TEXT + CODES, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0,
-                bos_token_id=1, eos_token_id=2, attention_dropout=0.0)
-    vq = dict(codebook_size=CODES, embed_dim=4, latent_channels=4, base_channels=32, channel_multiplier=[1, 1],
-              num_res_blocks=1, attn_resolutions=[], hidden_size=32, num_attention_heads=1,
-              temporal_downsample_factor=1)
-    config = Emu3Config(text_config=text, vq_config=vq, vocabulary_map=vocab)
-    return _spread(Emu3ForConditionalGeneration(config), seed=seed)
-
-
-def build_tiny_chameleon(seed=0):
-    from transformers import ChameleonConfig, ChameleonForConditionalGeneration
-
-    torch.manual_seed(seed)
-    letters = lambda c: "".join(chr(ord("A") + int(d)) for d in str(c))  # noqa: E731  (IMGIMG<digits as A-J>Z)
-    vocab = {f"IMGIMG{letters(c)}Z": i for c, i in enumerate(_image_ids(seed))}
-    vocab.update({"<image>": 31})
-    vq = dict(embed_dim=8, num_embeddings=CODES, latent_channels=32, resolution=32, base_channels=32,
-              channel_multiplier=[1, 1], num_res_blocks=1)
-    config = ChameleonConfig(vocab_size=TEXT + CODES, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                             pad_token_id=0, bos_token_id=1, eos_token_id=2, vq_config=vq, vocabulary_map=vocab)
-    return _spread(ChameleonForConditionalGeneration(config), seed=seed)
+# The tiny models (tests/tiny_models.py): codebook CODES, GRID x GRID images, Janus's <begin_of_image> is BOI;
+# Emu3 / Chameleon image tokens are LM ids 40.. (after the text vocabulary), shuffled.
 
 
 def perturbed(build, noise=0.15):

@@ -22,7 +22,7 @@ ENTRY_POINT_GROUP = "mmspec.plugins"
 BUILTIN_MODULES = ("mmspec.common.textlm", "mmspec.plugins.ar", "mmspec.plugins.speculative")
 MODALITIES = ("any", "text", "vision", "speech", "docs")
 # What modality-free plugins (`ar`) run on when no model is named: the main bundled job.
-PROJECT_DEFAULT_MODEL = "text-tiny"
+PROJECT_DEFAULT_MODEL = "llamagen-tiny"
 # Bundled pipelines registered lazily (importing their modules pulls in diffusers).
 LAZY_BUNDLED = {"llamagen-tiny": ("vision", "mmspec.vision.pipeline:bundled_pipeline")}
 

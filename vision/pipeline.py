@@ -28,7 +28,6 @@ reference pipeline does this for its negative prompt; for Janus and Chameleon it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import PIL.Image
@@ -542,17 +541,3 @@ def bundled_pipeline(device: str = "cpu") -> ARImagePipeline:
     pipe = ARImagePipeline(transformer, load_bundled_vq(device))
     pipe.model_name = "llamagen-tiny"
     return pipe
-
-
-def image_grid(images: list, rows: int) -> PIL.Image.Image:
-    """Tile PIL images row-major into one picture."""
-    cols = -(-len(images) // rows)
-    w, h = images[0].size
-    grid = PIL.Image.new("RGB", (cols * w, rows * h), "white")
-    for i, img in enumerate(images):
-        grid.paste(img, ((i % cols) * w, (i // cols) * h))
-    return grid
-
-
-def save_grid(images: list, rows: int, path: str | Path) -> None:
-    image_grid(images, rows).save(path)

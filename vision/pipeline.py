@@ -497,7 +497,7 @@ class ARImagePipeline(DiffusionPipeline):
         codes = torch.tensor(codes, device=self.device).view(-1, self.grid_size, self.grid_size)
         images = ((decode_codes(self.vqvae, codes) + 1) / 2).cpu()
         out = args.out or "grid.png"
-        save_image_grid(images, rows=max(1, round(len(images) ** 0.5)), path=out)
+        save_image_grid(images, rows=-(-len(images) // self.num_classes), path=out)  # a column per class
         names = [CLASS_NAMES[c] if c < len(CLASS_NAMES) else str(c) for c in labels]
         print(f"wrote {len(images)} images to {out} (classes: {', '.join(names)})")
         print(stats)

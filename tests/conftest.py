@@ -22,3 +22,12 @@ def tiny_pair():
 def torch_kernels(monkeypatch):
     """Run acceptance on the torch reference (the Triton interpreter is too slow for 10^4-row tests)."""
     monkeypatch.setenv("MMSPEC_KERNELS", "torch")
+
+
+@pytest.fixture(scope="module")
+def torch_kernels_module():
+    """Module-wide torch kernels, for modules that run thousands of decode steps (use via pytestmark)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MMSPEC_KERNELS", "torch")
+    yield
+    patch.undo()

@@ -12,13 +12,8 @@ CONTRACT = ["plugin", "model", "device", "num_samples", "batch_size", "seed", "l
 SMALL = {"max_new_tokens": 12}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def torch_kernels_for_module():
-    """The Triton path is covered by test_kernels; here the interpreter would only add minutes."""
-    patch = pytest.MonkeyPatch()
-    patch.setenv("MMSPEC_KERNELS", "torch")
-    yield
-    patch.undo()
+# The Triton path is covered by test_kernels; under the interpreter these decode loops would take minutes.
+pytestmark = pytest.mark.usefixtures("torch_kernels_module")
 
 
 @pytest.fixture(scope="module")

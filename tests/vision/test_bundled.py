@@ -11,13 +11,8 @@ from mmspec.common.bench import run_bench
 from mmspec.vision.pipeline import ARImagePipeline
 
 
-@pytest.fixture(autouse=True, scope="module")
-def torch_kernels_for_module():
-    """Thousands of decode steps: the Triton interpreter would add minutes (test_kernels covers it)."""
-    patch = pytest.MonkeyPatch()
-    patch.setenv("MMSPEC_KERNELS", "torch")
-    yield
-    patch.undo()
+# The Triton path is covered by test_kernels; under the interpreter these decode loops would take minutes.
+pytestmark = pytest.mark.usefixtures("torch_kernels_module")
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ Token ids, shared by the three adapters (as LlamaGen's class tokens):
 - `0 <= t < N`: image code t (the decoder's generated tokens);
 - `t >= N`: prompt token with language-model id `t - N` (`adapter.prompt_ids(lm_ids)`).
 
-Token ids must describe themselves because `SpeculativeDecoder` feeds the prompt's
-last token in the same forward as the first drafts, and `CFGModel` does not relay
-`begin_decode` to the adapter it wraps: the adapter cannot tell from context alone
-whether a token is text or an image code.
+Token ids describe themselves because `SpeculativeDecoder` feeds the prompt's last
+token in the same forward as the first drafts (and plugins may feed prompt and code
+tokens in one block), so the adapter never has to infer from context whether a token
+is text or an image code.
 
 Every adapter runs the model's decoder with explicit per-row `position_ids` and the
 additive float mask [B, 1, L, S] (transformers' `create_causal_mask` passes a 4-D

@@ -84,7 +84,8 @@ class SpeculativeDecoder:
         produced = torch.zeros(batch, dtype=torch.long, device=device)
         rows = torch.arange(batch, device=device)  # original index of each active row
         ctx = StepContext(last_tokens=ids[:, -1], positions=mask.sum(1) - 1, num_draft_tokens=self.num_draft_tokens,
-                          logits=self.logits, generator=generator)
+                          logits=self.logits, generator=generator,
+                          remaining=torch.full((batch,), max_new_tokens, dtype=torch.long, device=device))
         step = 0
         while rows.numel():
             draft = self._draft(ctx, stats)
@@ -98,9 +99,10 @@ class SpeculativeDecoder:
                     self.target.keep(state, acc.path_nodes)
                 self.target.crop(state, ctx.positions + committed)
                 if self.drafter is not None:
-                    self.drafter.commit(ctx, acc)
+                    self.drafter.commit(ctx, acc, target_probs)
                 finished = self._write(out, produced, rows, acc, max_new_tokens)
                 ctx.last_tokens, ctx.positions = acc.next_tokens, ctx.positions + committed
+                ctx.remaining = max_new_tokens - produced[rows]
                 if callback is not None:
                     callback(step, {"rows": rows, "tokens": acc.tokens, "num_accepted": acc.num_accepted})
                 if finished.any():
@@ -110,6 +112,7 @@ class SpeculativeDecoder:
                     if self.drafter is not None:
                         self.drafter.select_rows(keep)
                     ctx.last_tokens, ctx.positions = ctx.last_tokens[keep], ctx.positions[keep]
+                    ctx.remaining = ctx.remaining[keep]
                     if isinstance(ctx.generator, list):
                         ctx.generator = [ctx.generator[i] for i in keep.tolist()]
             step += 1
@@ -130,16 +133,26 @@ class SpeculativeDecoder:
         return draft
 
     def _verify(self, state, ctx: StepContext, draft: Draft, stats: DecodeStats) -> torch.Tensor:
-        """One target forward on [last, drafts...]; returns processed probs [B, K+1, V]."""
+        """One target forward on [last, drafts...]; returns processed probs [B, K+1, V].
+
+        Drafts past a row's last needed position (a window longer than what the row has left)
+        are fed as padding at a clamped position: their outputs are never used, and a model
+        with a fixed position range (an image grid) is never asked for a position beyond it.
+        """
         tokens = torch.cat([ctx.last_tokens[:, None], draft.tokens], 1)
         with stats.timer("verify", ctx.last_tokens.device):
             if draft.tree is None:
-                offsets = torch.arange(tokens.shape[1], device=tokens.device)
-                out = self.target.forward(state, tokens, ctx.positions[:, None] + offsets)
+                offsets = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
             else:
-                depth = draft.tree.depth.to(tokens.device)
+                offsets = draft.tree.depth.to(tokens.device).expand_as(tokens)
+            needed = offsets < ctx.remaining[:, None]
+            token_mask = None if bool(needed.all()) else needed
+            positions = ctx.positions[:, None] + offsets.minimum(ctx.remaining[:, None] - 1)
+            if draft.tree is None:
+                out = self.target.forward(state, tokens, positions, token_mask=token_mask)
+            else:
                 nodes = torch.arange(draft.tree.num_nodes + 1)
-                out = self.target.forward(state, tokens, ctx.positions[:, None] + depth, tree=draft.tree,
+                out = self.target.forward(state, tokens, positions, token_mask=token_mask, tree=draft.tree,
                                           tree_nodes=nodes)
             stats.target_nfe += 1
             return self.logits.probs(out.logits)

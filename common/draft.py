@@ -25,6 +25,7 @@ class StepContext:
     num_draft_tokens: int  # K for chains
     logits: LogitsPipeline
     generator: object  # None, a torch.Generator, or a list with one per row
+    remaining: torch.Tensor | None = None  # [B] long; tokens each row still has to produce (>= 1)
 
 
 class Drafter:
@@ -36,8 +37,12 @@ class Drafter:
     def propose(self, ctx: StepContext) -> Draft:
         raise NotImplementedError
 
-    def commit(self, ctx: StepContext, acceptance: Acceptance) -> None:
-        """Roll back to the accepted prefix; ctx is the context the draft was proposed in."""
+    def commit(self, ctx: StepContext, acceptance: Acceptance, target_probs: torch.Tensor | None = None) -> None:
+        """Roll back to the accepted prefix; ctx is the context the draft was proposed in.
+
+        target_probs [B, K+1, V]: the verify pass's processed distributions, for drafters that
+        build their next draft from them (Jacobi decoding).
+        """
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only batch rows `rows` ([B'] long)."""
@@ -118,7 +123,7 @@ class DraftModelDrafter(Drafter):
                 logits_by_node[node] = out.logits[:, j]
         return Draft(tokens=node_tokens[:, 1:], probs=None, tree=tree, forwards=forwards)
 
-    def commit(self, ctx, acceptance):
+    def commit(self, ctx, acceptance, target_probs=None):
         num = acceptance.num_accepted
         if self.tree is not None:
             self.model.keep(self.state, acceptance.path_nodes)

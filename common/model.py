@@ -73,6 +73,10 @@ class ARModel:
     def mask_dtype(self) -> torch.dtype:
         return torch.float32
 
+    def token_embeddings(self) -> torch.Tensor:
+        """[V, D] the input embedding of every output token (methods that compare tokens by embedding)."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose its token embeddings")
+
     # --- the protocol ---------------------------------------------------
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 output_hidden: bool = False) -> tuple[DecodeState, ModelOutput | None]:
@@ -163,6 +167,9 @@ class HFCausalLM(ARModel):
     def mask_dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
+    def token_embeddings(self) -> torch.Tensor:
+        return self.model.get_input_embeddings().weight[: self.vocab_size]
+
     def new_state(self, batch_size: int) -> DecodeState:
         from transformers import DynamicCache
 
@@ -195,6 +202,9 @@ class CFGModel(ARModel):
         self.guidance_scale = float(guidance_scale)
         self.vocab_size = base.vocab_size
         self.device = base.device
+
+    def token_embeddings(self) -> torch.Tensor:
+        return self.base.token_embeddings()
 
     def combine(self, logits: torch.Tensor) -> torch.Tensor:
         cond, uncond = logits.chunk(2, dim=0)

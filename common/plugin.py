@@ -52,7 +52,8 @@ class Plugin:
         """Raise if the pipeline lacks what this plugin needs (e.g. a draft model)."""
 
     def build_decoder(self, pipeline, target: ARModel, logits: LogitsPipeline, *, eos_token_id=None,
-                      pad_token_id: int = -1) -> SpeculativeDecoder:
+                      pad_token_id: int = -1, grid: tuple[int, int] | None = None) -> SpeculativeDecoder:
+        """grid: (rows, columns) of the code grid when the tokens form one (images), else None."""
         raise NotImplementedError
 
     def bench_peer(self, pipeline, inputs, settings: dict) -> dict | None:

@@ -137,6 +137,10 @@ class JanusImageAdapter(_HFImageAdapter):
         both = torch.cat([lm_ids, self.unconditional_ids(lm_ids)])
         return self.prompt_ids(both), torch.cat([attention_mask, attention_mask])
 
+    def token_embeddings(self) -> torch.Tensor:
+        codes = torch.arange(self.vocab_size, device=self.device)
+        return self.model.prepare_embeddings_for_image_generation(codes)
+
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         n = self.vocab_size
         is_text = tokens >= n
@@ -169,6 +173,9 @@ class _InVocabImageAdapter(_HFImageAdapter):
         lo, hi = int(self.code_ids.min()), int(self.code_ids.max())
         # Real checkpoints keep image tokens in one contiguous id block: slice the head (a view) then permute.
         self._head_block = (lo, hi + 1, self.code_ids - lo) if hi - lo + 1 == num else None
+
+    def token_embeddings(self) -> torch.Tensor:
+        return self.model.get_input_embeddings().weight.index_select(0, self.code_ids)
 
     def codes_to_lm_ids(self, codes: torch.Tensor) -> torch.Tensor:
         return self.code_ids.to(codes.device)[codes]

@@ -200,6 +200,9 @@ class LlamaGenAdapter(ARModel):
     def mask_dtype(self):
         return next(self.model.parameters()).dtype
 
+    def token_embeddings(self) -> torch.Tensor:
+        return self.model.tok_embeddings.weight
+
     def new_state(self, batch_size: int) -> DecodeState:
         caches = [[None, None] for _ in self.model.layers]
         return DecodeState(cache=caches, slots=SlotTable.empty(batch_size, self.device))

@@ -362,7 +362,7 @@ class ARImagePipeline(DiffusionPipeline):
         if guidance_scale != 1:
             uncond = self.transformer.class_token(torch.full_like(labels, self.transformer.null_class))[:, None]
             target, prefill = CFGModel(target, guidance_scale), (torch.cat([cond, uncond]), None)
-        out = self._run_decoder(target, logits, cond, None, prefill, self.grid_size ** 2, generator,
+        out = self._run_decoder(target, logits, cond, None, prefill, (self.grid_size, self.grid_size), generator,
                                 callback_on_step_end)
         codes = out.sequences.view(-1, self.grid_size, self.grid_size)
         images = (decode_codes(self.vqvae, codes) + 1) / 2
@@ -371,12 +371,13 @@ class ARImagePipeline(DiffusionPipeline):
             return images, out.stats
         return ARImagePipelineOutput(images=images, tokens=out.sequences, stats=out.stats)
 
-    def _run_decoder(self, target, logits, input_ids, attention_mask, prefill, total, generator, callback):
+    def _run_decoder(self, target, logits, input_ids, attention_mask, prefill, grid, generator, callback):
         if self.plugin is None:
             from mmspec.common.registry import get_plugin_class
 
             self.plugin = get_plugin_class("ar")()
-        decoder = self.plugin.build_decoder(self, target, logits)
+        decoder = self.plugin.build_decoder(self, target, logits, grid=grid)
+        total = grid[0] * grid[1]
         with self.progress_bar(total=total * input_ids.shape[0]) as bar:
             def on_step(step, info):
                 bar.update(int((info["num_accepted"] + 1).sum()))
@@ -408,7 +409,7 @@ class ARImagePipeline(DiffusionPipeline):
                 both, both_mask = _left_pad(rows + self._unconditional_rows(rows, negatives, height, width), pad)
                 prefill = (adapter.prompt_ids(both), both_mask)
             target = CFGModel(adapter, guidance_scale)
-        out = self._run_decoder(target, logits, adapter.prompt_ids(ids), mask, prefill, grid_h * grid_w, generator,
+        out = self._run_decoder(target, logits, adapter.prompt_ids(ids), mask, prefill, (grid_h, grid_w), generator,
                                 callback)
         images = self.decode_tokens(out.sequences, (grid_h, grid_w))
         images = self.postprocess(images, output_type)

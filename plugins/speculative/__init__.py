@@ -64,7 +64,7 @@ class SpeculativePlugin(Plugin):
         if getattr(pipeline, "draft_model", None) is None:
             raise ValueError("plugin 'speculative' needs a draft model: give the pipeline draft_model=")
 
-    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1):
+    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
         draft = pipeline.draft_model
         draft = draft if isinstance(draft, ARModel) else HFCausalLM(draft)
         rule = GreedyMatch() if logits.greedy else SpeculativeSampling()

@@ -188,7 +188,7 @@ class ToyPlugin(Plugin):
     paper = "Toy et al. 2099"
     Config = ToyConfig
 
-    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1):
+    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
         return SpeculativeDecoder(target, None, logits=logits, eos_token_id=eos_token_id,
                                   pad_token_id=pad_token_id)
 '''

@@ -196,19 +196,35 @@ BASELINE_ROWS = (("llamagen-tiny", {"guidance_scale": 3.0}), ("llamagen-tiny", {
 
 
 def run_all(markdown: str | Path | None, json_path: str | Path | None, device: str = "cpu", seed: int = 0,
-            progress=print) -> list[dict]:
-    results = [run_bench("ar", model=model, device=device, seed=seed, progress=progress, settings=settings)
-               for model, settings in BASELINE_ROWS]
-    for name in list_plugins():
+            progress=print, only: list[str] | None = None) -> list[dict]:
+    """Every plugin's rows (`ar` = the bundled models' own rows). With `only`, just those plugins' rows are
+    run, and they replace the same plugins' rows of an existing `json_path`; the rest is kept as it was."""
+    known = list_plugins()
+    unknown = sorted(set(only or ()) - set(known))
+    if unknown:
+        raise ValueError(f"unknown plugin(s) {unknown} for --only; valid: {known}")
+    selected = [name for name in known if only is None or name in only]
+    results = []
+    if only is not None and json_path and Path(json_path).exists():
+        results = [r for r in json.loads(Path(json_path).read_text()) if r["plugin"] not in selected]
+    if "ar" in selected:
+        results += [run_bench("ar", model=model, device=device, seed=seed, progress=progress, settings=settings)
+                    for model, settings in BASELINE_ROWS]
+    for name in selected:
         if name == "ar":
             continue
-        for variant in ALL_VARIANTS + tuple(get_plugin_class(name).bench_variants):
+        plugin_cls = get_plugin_class(name)
+        variants = getattr(plugin_cls, "bench_default_variants", None) or ALL_VARIANTS
+        for variant in tuple(variants) + tuple(plugin_cls.bench_variants):
             results.append(run_bench(name, device=device, seed=seed, progress=progress,
                                      batch_size=variant.get("batch_size", 1), settings=variant.get("settings")))
+    order = {name: i for i, name in enumerate(known)}
+    results.sort(key=lambda r: order.get(r["plugin"], len(order)))  # stable: rows keep their order per plugin
     if json_path:
         Path(json_path).write_text(json.dumps(results, indent=2))
     if markdown:
-        write_markdown(results, markdown, f"mmspec bench --all --markdown {Path(markdown).name}")
+        json_arg = f" --json {Path(json_path).name}" if json_path else ""
+        write_markdown(results, markdown, f"mmspec bench --all{json_arg} --markdown {Path(markdown).name}")
     return results
 
 

@@ -27,7 +27,8 @@ def cmd_bench(args) -> int:
     if args.all:
         if args.plugin:
             raise SystemExit("mmspec bench: give a PLUGIN or --all, not both")
-        results = run_all(args.markdown, args.json, device=args.device, seed=args.seed, progress=log)
+        only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
+        results = run_all(args.markdown, args.json, device=args.device, seed=args.seed, progress=log, only=only)
     else:
         if not args.plugin:
             raise SystemExit(f"mmspec bench: name a PLUGIN (one of {', '.join(list_plugins())}) or use --all")
@@ -68,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="plain AR vs a plugin on the same model, inputs and seeds")
     p.add_argument("plugin", nargs="?", help="plugin name (see `mmspec list`)")
     p.add_argument("--all", action="store_true", help="bench every plugin with its defaults")
+    p.add_argument("--only", default=None, metavar="P1,P2",
+                   help="with --all: run only these plugins' rows and replace them in an existing --json")
     p.add_argument("--model", default=None, help="bundled model name (default: the plugin's default)")
     p.add_argument("--num-samples", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=1)

@@ -27,6 +27,7 @@ class Plugin:
     paper: str = ""
     Config: type = NoConfig
     bench_variants: tuple = ()  # extra `mmspec bench --all` rows, e.g. ({"settings": {"window": 8}},)
+    bench_default_variants: tuple = ()  # replaces bench.ALL_VARIANTS for this plugin when not empty
 
     def __init__(self, **config):
         self.config = make_config(self.Config, config)

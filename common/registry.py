@@ -19,7 +19,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "mmspec.plugins"
-BUILTIN_MODULES = ("mmspec.common.textlm", "mmspec.plugins.ar", "mmspec.plugins.speculative")
+BUILTIN_MODULES = ("mmspec.common.textlm", "mmspec.plugins.ar", "mmspec.plugins.speculative",
+                   "mmspec.plugins.jacobi")
 MODALITIES = ("any", "text", "vision", "speech", "docs")
 # What modality-free plugins (`ar`) run on when no model is named: the main bundled job.
 PROJECT_DEFAULT_MODEL = "llamagen-tiny"

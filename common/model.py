@@ -115,6 +115,12 @@ class ARModel:
         state.slots.keep(path_nodes)
         self._tidy(state)
 
+    def release(self, state: DecodeState, positions: torch.Tensor) -> None:
+        """Forget the tokens at positions [B, n] (-1 = none) anywhere in the sequence, e.g. a placeholder
+        that was fed only for its query (next-set decoding)."""
+        state.slots.release(positions)
+        self._tidy(state)
+
     def select_rows(self, state: DecodeState, rows: torch.Tensor) -> None:
         """Keep only the batch rows `rows` ([B'] long), in that order."""
         state.slots.select_rows(rows)
@@ -251,6 +257,10 @@ class CFGModel(ARModel):
 
     def keep(self, state, path_nodes):
         self.base.keep(state, torch.cat([path_nodes, path_nodes], 0))
+
+    def release(self, state, positions):
+        shift = state.extra["uncond_shift"].to(positions.device)[:, None]
+        self.base.release(state, torch.cat([positions, torch.where(positions >= 0, positions + shift, -1)]))
 
     def select_rows(self, state, rows):
         if "uncond_last" in state.extra:

@@ -103,6 +103,12 @@ class SlotTable:
         """Row b keeps only positions < lengths[b]."""
         self.live &= self.positions < lengths.to(self.positions.device)[:, None]
 
+    def release(self, positions: torch.Tensor) -> None:
+        """Row b forgets its tokens at positions[b] ([B, n], -1 = none), wherever they sit in the sequence."""
+        positions = positions.to(self.positions.device)
+        hit = (self.positions[:, :, None] == positions[:, None, :]) & (positions[:, None, :] >= 0)
+        self.live &= ~hit.any(-1)
+
     def keep(self, path_nodes: torch.Tensor) -> None:
         """Resolve the pending tree: row b keeps the nodes listed in path_nodes[b] ([B, P], -1 padded)."""
         if self.tree is None:

@@ -343,6 +343,11 @@ class Emu3ImageAdapter(_InVocabImageAdapter):
     def _run(self, state, tokens, positions, mask4d, output_hidden):  # forward is overridden
         raise NotImplementedError
 
+    def release(self, state, positions):
+        raise NotImplementedError("Emu3's end-of-line tokens follow the code positions fed, so a placeholder "
+                                  "released out of order would strand its EOL; next-set decoding does not "
+                                  "support Emu3 yet")
+
     def crop(self, state, lengths):
         lengths = lengths.to(self.device)
         # Rolling back into the prompt: codes fed next start the image there.

@@ -1,0 +1,121 @@
+"""Schedules: decoding without a verification step, where a fixed plan says what each forward fills.
+
+A `Schedule` is a list of `ScheduleStep`s over generated-token indices
+(0 … N−1; index −1 is the prompt's last token). Each step feeds some tokens at
+their own positions and samples some new tokens from the outputs. Because the
+plan does not depend on the sampled tokens, every row of a batch follows it in
+lockstep without waiting on anything, and the forward count is known up front.
+
+`ScheduledDecoder` runs a schedule on any `ARModel` (so CFG comes from
+`CFGModel`). Attention is the adapter's usual rule: a query sees the live tokens
+at lower positions. A token that has not been generated yet is simply absent;
+nothing attends to an unwritten slot.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .decoder import GenerationOutput
+from .kernels import sample_inverse_cdf
+from .logits import LogitsPipeline, check_generators, draw_uniform
+from .model import ARModel, left_align
+from .stats import DecodeStats
+
+
+@dataclass
+class ScheduleStep:
+    feed: list[int]  # generated index whose position each input takes (-1: the prompt's last token)
+    source: list[int]  # generated index whose token each input carries (= feed, or a placeholder's source)
+    query_only: list[bool]  # input is forgotten after this forward (a placeholder fed for its query)
+    sample_from: list[int]  # input slot whose output gives each new token
+    sample_index: list[int]  # generated index of each new token
+
+
+@dataclass
+class Schedule:
+    num_tokens: int
+    steps: list[ScheduleStep] = field(default_factory=list)
+
+    def check(self) -> None:
+        """Every index is sampled once, only after its inputs exist; query-only inputs are never seen by others."""
+        seen = set()
+        for t, step in enumerate(self.steps):
+            lengths = {len(step.feed), len(step.source), len(step.query_only)}
+            if len(lengths) != 1 or len(step.sample_from) != len(step.sample_index):
+                raise ValueError(f"schedule step {t} has inconsistent field lengths")
+            for src in step.source:
+                if src >= 0 and src not in seen:
+                    raise ValueError(f"schedule step {t} feeds token {src} before it is sampled")
+            for slot, pos in zip(step.query_only, step.feed):
+                if slot and any(other > pos for other in step.feed):
+                    raise ValueError(f"schedule step {t}: a query-only input must be the last position fed")
+            for index in step.sample_index:
+                if index in seen or not 0 <= index < self.num_tokens:
+                    raise ValueError(f"schedule step {t} samples token {index} twice or out of range")
+                seen.add(index)
+        if len(seen) != self.num_tokens:
+            raise ValueError(f"schedule samples {len(seen)} of {self.num_tokens} tokens")
+
+
+class ScheduledDecoder:
+    """Run a `Schedule`: one target forward per step, one sample per scheduled new token."""
+
+    def __init__(self, target: ARModel, schedule: Schedule, logits: LogitsPipeline | None = None,
+                 pad_token_id: int = -1):
+        schedule.check()
+        self.target = target
+        self.schedule = schedule
+        self.logits = logits or LogitsPipeline()
+        self.pad_token_id = pad_token_id
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                 max_new_tokens: int, generator=None, prefill_input: tuple | None = None,
+                 callback=None) -> GenerationOutput:
+        """Same contract as `SpeculativeDecoder.generate`; max_new_tokens must equal the schedule's length."""
+        if max_new_tokens != self.schedule.num_tokens:
+            raise ValueError(f"max_new_tokens ({max_new_tokens}) must equal the schedule's "
+                             f"{self.schedule.num_tokens} tokens")
+        ids, mask, _ = left_align(input_ids, attention_mask)
+        batch, device = ids.shape[0], self.target.device
+        ids, mask = ids.to(device), mask.to(device)
+        generator = check_generators(generator, batch)
+        stats = DecodeStats(num_rows=batch)
+        start = time.perf_counter()
+        pre_ids, pre_mask = (ids, mask) if prefill_input is None else left_align(*prefill_input)[:2]
+        state, pre_out = self.target.prefill(pre_ids[:, :-1].to(device), pre_mask[:, :-1].to(device))
+        stats.prefill_nfe += pre_out is not None
+        self.target.begin_decode(state, pre_ids[:, -1])
+
+        last_prompt = ids[:, -1]
+        first_position = mask.sum(1)  # position of generated token 0, per row
+        out = torch.full((batch, max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
+        for t, step in enumerate(self.schedule.steps):
+            source = torch.tensor(step.source, device=device)
+            tokens = torch.where(source[None] < 0, last_prompt[:, None], out[:, source.clamp(min=0)])
+            positions = first_position[:, None] + torch.tensor(step.feed, device=device)[None]
+            with stats.timer("verify", device):
+                logits = self.target.forward(state, tokens, positions).logits
+                stats.target_nfe += 1
+            with stats.timer("accept", device):
+                probs = self.logits.probs(logits[:, step.sample_from])  # [B, S, V]
+                uniforms = draw_uniform(generator, batch, probs.shape[1], device)
+                new = probs.argmax(-1) if self.logits.greedy else sample_inverse_cdf(probs, uniforms)
+                out[:, step.sample_index] = new
+                released = [f for f, q in zip(step.feed, step.query_only) if q]
+                if released:
+                    rel = first_position[:, None] + torch.tensor(released, device=device)[None]
+                    self.target.release(state, rel)
+            stats.record_step(torch.full((batch,), len(step.sample_index), dtype=torch.long),
+                              len(step.sample_index) - 1)
+            if callback is not None:
+                callback(t, {"rows": torch.arange(batch), "tokens": new,
+                             "num_accepted": torch.full((batch,), len(step.sample_index) - 1)})
+        stats.tokens = batch * max_new_tokens
+        stats.time_total_s = time.perf_counter() - start
+        lengths = torch.full((batch,), max_new_tokens, dtype=torch.long, device=device)
+        return GenerationOutput(sequences=out, lengths=lengths, stats=stats)

@@ -106,7 +106,7 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
         "num_samples": num_samples,
         "batch_size": batch_size,
         "seed": seed,
-        "lossless": bool(plugin_cls.lossless),
+        "lossless": bool(getattr(accelerated, "lossless", plugin_cls.lossless)),  # a mode may change it
         "settings": call,
         "config": asdict(accelerated.config),
         "baseline": _summary(base_stats, base_time, num_samples, pipeline.bench_quality(inputs, base_seq)),

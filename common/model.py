@@ -94,15 +94,20 @@ class ARModel:
 
     def forward(self, state: DecodeState, tokens: torch.Tensor, positions: torch.Tensor, *,
                 token_mask: torch.Tensor | None = None, tree: TreeSpec | None = None,
-                tree_nodes: torch.Tensor | None = None, output_hidden: bool = False) -> ModelOutput:
-        """tokens, positions: [B, L]. With `tree`, tree_nodes [L] names the tree node of each token."""
+                tree_nodes: torch.Tensor | None = None, output_hidden: bool = False,
+                query_only: torch.Tensor | None = None) -> ModelOutput:
+        """tokens, positions: [B, L]. With `tree`, tree_nodes [L] names the tree node of each token.
+
+        token_mask [B, L]: False marks padding. query_only [B, L]: True marks a token fed only for its
+        output (e.g. a placeholder): it attends as usual, but nothing sees it and it is not kept.
+        """
         if tokens.shape != positions.shape:
             raise ValueError(f"tokens {tuple(tokens.shape)} and positions {tuple(positions.shape)} differ")
         if (tree is None) != (tree_nodes is None):
             raise ValueError("tree and tree_nodes go together")
-        mask = state.slots.attention_mask(positions, token_mask, tree_nodes, tree)
+        mask = state.slots.attention_mask(positions, token_mask, tree_nodes, tree, query_only)
         out = self._run(state, tokens, positions, additive_mask(mask, self.mask_dtype()), output_hidden)
-        state.slots.append(positions, token_mask, tree_nodes, tree)
+        state.slots.append(positions, token_mask, tree_nodes, tree, query_only)
         return out
 
     def crop(self, state: DecodeState, lengths: torch.Tensor) -> None:
@@ -240,7 +245,7 @@ class CFGModel(ARModel):
         self.base.begin_decode(state, last_prompt_tokens)
 
     def forward(self, state, tokens, positions, *, token_mask=None, tree=None, tree_nodes=None,
-                output_hidden=False):
+                output_hidden=False, query_only=None):
         uncond_tokens = tokens
         if "uncond_last" in state.extra:
             uncond_tokens = tokens.clone()
@@ -248,7 +253,8 @@ class CFGModel(ARModel):
         out = self.base.forward(
             state, torch.cat([tokens, uncond_tokens], 0), self._double(state, positions),
             token_mask=None if token_mask is None else torch.cat([token_mask, token_mask], 0),
-            tree=tree, tree_nodes=tree_nodes, output_hidden=output_hidden)
+            tree=tree, tree_nodes=tree_nodes, output_hidden=output_hidden,
+            query_only=None if query_only is None else torch.cat([query_only, query_only], 0))
         return self._combine_output(out)
 
     def crop(self, state, lengths):

@@ -30,7 +30,7 @@ from .stats import DecodeStats
 class ScheduleStep:
     feed: list[int]  # generated index whose position each input takes (-1: the prompt's last token)
     source: list[int]  # generated index whose token each input carries (= feed, or a placeholder's source)
-    query_only: list[bool]  # input is forgotten after this forward (a placeholder fed for its query)
+    query_only: list[bool]  # input is fed for its output only and never kept (a placeholder)
     sample_from: list[int]  # input slot whose output gives each new token
     sample_index: list[int]  # generated index of each new token
 
@@ -41,7 +41,7 @@ class Schedule:
     steps: list[ScheduleStep] = field(default_factory=list)
 
     def check(self) -> None:
-        """Every index is sampled once, only after its inputs exist; query-only inputs are never seen by others."""
+        """Every index is sampled exactly once, and only tokens already sampled are fed."""
         seen = set()
         for t, step in enumerate(self.steps):
             lengths = {len(step.feed), len(step.source), len(step.query_only)}
@@ -50,9 +50,6 @@ class Schedule:
             for src in step.source:
                 if src >= 0 and src not in seen:
                     raise ValueError(f"schedule step {t} feeds token {src} before it is sampled")
-            for slot, pos in zip(step.query_only, step.feed):
-                if slot and any(other > pos for other in step.feed):
-                    raise ValueError(f"schedule step {t}: a query-only input must be the last position fed")
             for index in step.sample_index:
                 if index in seen or not 0 <= index < self.num_tokens:
                     raise ValueError(f"schedule step {t} samples token {index} twice or out of range")
@@ -98,18 +95,17 @@ class ScheduledDecoder:
             source = torch.tensor(step.source, device=device)
             tokens = torch.where(source[None] < 0, last_prompt[:, None], out[:, source.clamp(min=0)])
             positions = first_position[:, None] + torch.tensor(step.feed, device=device)[None]
+            query_only = None
+            if any(step.query_only):
+                query_only = torch.tensor(step.query_only, device=device)[None].expand(batch, -1)
             with stats.timer("verify", device):
-                logits = self.target.forward(state, tokens, positions).logits
+                logits = self.target.forward(state, tokens, positions, query_only=query_only).logits
                 stats.target_nfe += 1
             with stats.timer("accept", device):
                 probs = self.logits.probs(logits[:, step.sample_from])  # [B, S, V]
                 uniforms = draw_uniform(generator, batch, probs.shape[1], device)
                 new = probs.argmax(-1) if self.logits.greedy else sample_inverse_cdf(probs, uniforms)
                 out[:, step.sample_index] = new
-                released = [f for f, q in zip(step.feed, step.query_only) if q]
-                if released:
-                    rel = first_position[:, None] + torch.tensor(released, device=device)[None]
-                    self.target.release(state, rel)
             stats.record_step(torch.full((batch,), len(step.sample_index), dtype=torch.long),
                               len(step.sample_index) - 1)
             if callback is not None:

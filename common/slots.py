@@ -55,13 +55,16 @@ class SlotTable:
         token_mask: torch.Tensor | None = None,  # [B, L] bool; False marks padding
         tree_nodes: torch.Tensor | None = None,  # [L] long; node ids when the new tokens are tree nodes
         tree: TreeSpec | None = None,
+        query_only: torch.Tensor | None = None,  # [B, L] bool; True: attends normally, but no one sees it
     ) -> torch.Tensor:
         """[B, L, S+L] bool: which keys (old slots, then the new tokens) each new token sees."""
         batch, new = positions.shape
         if token_mask is None:
             token_mask = torch.ones_like(positions, dtype=torch.bool)
+        if query_only is None:
+            query_only = torch.zeros_like(token_mask)
         key_pos = torch.cat([self.positions, positions], 1)
-        key_live = torch.cat([self.live, token_mask], 1)
+        key_live = torch.cat([self.live, token_mask & ~query_only], 1)
         new_nodes = (tree_nodes.to(positions.device).expand(batch, new) if tree_nodes is not None
                      else torch.full_like(positions, -1))
         key_node = torch.cat([self.tree_node, new_nodes], 1)
@@ -79,14 +82,18 @@ class SlotTable:
         is_self = torch.zeros_like(mask)
         is_self[:, new_idx, self.num_slots + new_idx] = True
         mask &= ~same_pos | is_self
-        # Padding queries see only themselves so their (discarded) softmax is well defined.
-        mask |= is_self & ~token_mask[:, :, None]
+        # Padding queries see only themselves so their (discarded) softmax is well defined;
+        # a query-only token still sees itself.
+        mask |= is_self & (~token_mask | query_only)[:, :, None]
         return mask
 
-    def append(self, positions, token_mask=None, tree_nodes=None, tree: TreeSpec | None = None) -> None:
+    def append(self, positions, token_mask=None, tree_nodes=None, tree: TreeSpec | None = None,
+               query_only=None) -> None:
         batch, new = positions.shape
         if token_mask is None:
             token_mask = torch.ones_like(positions, dtype=torch.bool)
+        if query_only is not None:  # fed for its output only: never part of the sequence
+            token_mask = token_mask & ~query_only
         nodes = (tree_nodes.to(positions.device).expand(batch, new) if tree_nodes is not None
                  else torch.full_like(positions, -1))
         if tree is not None:

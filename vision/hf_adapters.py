@@ -296,7 +296,10 @@ class Emu3ImageAdapter(_InVocabImageAdapter):
         return hit[1]
 
     def forward(self, state, tokens, positions, *, token_mask=None, tree=None, tree_nodes=None,
-                output_hidden=False):
+                output_hidden=False, query_only=None):
+        if query_only is not None:
+            raise NotImplementedError("Emu3's end-of-line tokens follow the code positions fed, so query-only "
+                                      "tokens (next-set decoding placeholders) are not supported for Emu3 yet")
         if tokens.shape != positions.shape:
             raise ValueError(f"tokens {tuple(tokens.shape)} and positions {tuple(positions.shape)} differ")
         if (tree is None) != (tree_nodes is None):

@@ -13,9 +13,9 @@ Differences from the public code, on purpose:
   K/V slots of the row above dilute attention.)
 - A new row r is seeded by feeding a placeholder at the end of row r−1 (whose
   true last token does not exist yet): a copy of row r−1's newest token, its
-  nearest generated neighbour. The placeholder is fed only for its query and
-  forgotten right after, so nothing ever attends to it; the true token is fed
-  once it is sampled. (LlamaGen copies the newest token of row r−2 and keeps it
+  nearest generated neighbour. The placeholder is fed query-only: it attends,
+  but nothing ever attends to it and it never enters the cache; the true token
+  is fed once it is sampled. (LlamaGen copies the newest token of row r−2 and keeps it
   in the cache until the true one overwrites it.)
 - Every row, including row 1, starts after `window` tokens of the row above
   (LlamaGen's code waits for row 0 to finish before row 1).
@@ -31,8 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mmspec.common.plugin import Plugin
-from mmspec.common.registry import field_range, register_plugin
+from mmspec.common.registry import field_choices, field_range, register_plugin
 from mmspec.common.schedule import Schedule, ScheduledDecoder, ScheduleStep
+
+from .verified import VerifiedNextSetDecoder
 
 __all__ = ["next_set_schedule", "num_next_set_forwards"]
 
@@ -87,6 +89,9 @@ def next_set_schedule(height: int, width: int, window: int) -> Schedule:
 class ZipARConfig:
     window: int = field_range(1, None, default=8,
                               doc="tokens row r−1 must have before row r starts (grid width: plain AR)")
+    mode: str = field_choices(("lossy", "verified"), default="lossy",
+                              doc="lossy: parallel tokens are output (ZipAR); verified: they are drafts the "
+                                  "AR distribution must accept (lossless, see verified.py)")
 
 
 @register_plugin("zipar")
@@ -96,11 +101,20 @@ class ZipARPlugin(Plugin):
     paper = "He et al. 2025, ZipAR: next-set decoding (ICML 2025, arXiv:2412.04062)"
     Config = ZipARConfig
     bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
-    bench_variants = tuple({"batch_size": 4, "settings": {"window": w}} for w in (2, 4, 16))
+    bench_variants = tuple({"batch_size": 4, "settings": {"window": w}} for w in (2, 4, 16)) + tuple(
+        {"batch_size": 4, "settings": {"mode": "verified", "window": w}} for w in (2, 4, 8))
+
+    def __init__(self, **config):
+        super().__init__(**config)
+        self.lossless = self.config.mode == "verified"
 
     def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
         if grid is None:
             raise ValueError("plugin 'zipar' needs tokens that form a 2-D grid; this pipeline gave none")
         height, width = grid
+        if self.config.mode == "verified":
+            _check_grid(height, width, self.config.window)
+            return VerifiedNextSetDecoder(target, height, width, self.config.window, logits,
+                                          pad_token_id=pad_token_id)
         return ScheduledDecoder(target, next_set_schedule(height, width, self.config.window), logits,
                                 pad_token_id=pad_token_id)

@@ -207,21 +207,25 @@ def run_all(markdown: str | Path | None, json_path: str | Path | None, device: s
     results = []
     if only is not None and json_path and Path(json_path).exists():
         results = [r for r in json.loads(Path(json_path).read_text()) if r["plugin"] not in selected]
+    order = {name: i for i, name in enumerate(known)}
+
+    def add(row: dict) -> None:
+        results.append(row)
+        results.sort(key=lambda r: order.get(r["plugin"], len(order)))  # stable: rows keep their order per plugin
+        if json_path:  # after every row, so a long run that is interrupted keeps what it measured
+            Path(json_path).write_text(json.dumps(results, indent=2))
+
     if "ar" in selected:
-        results += [run_bench("ar", model=model, device=device, seed=seed, progress=progress, settings=settings)
-                    for model, settings in BASELINE_ROWS]
+        for model, settings in BASELINE_ROWS:
+            add(run_bench("ar", model=model, device=device, seed=seed, progress=progress, settings=settings))
     for name in selected:
         if name == "ar":
             continue
         plugin_cls = get_plugin_class(name)
         variants = getattr(plugin_cls, "bench_default_variants", None) or ALL_VARIANTS
         for variant in tuple(variants) + tuple(plugin_cls.bench_variants):
-            results.append(run_bench(name, device=device, seed=seed, progress=progress,
-                                     batch_size=variant.get("batch_size", 1), settings=variant.get("settings")))
-    order = {name: i for i, name in enumerate(known)}
-    results.sort(key=lambda r: order.get(r["plugin"], len(order)))  # stable: rows keep their order per plugin
-    if json_path:
-        Path(json_path).write_text(json.dumps(results, indent=2))
+            add(run_bench(name, device=device, seed=seed, progress=progress, num_samples=variant.get("num_samples"),
+                          batch_size=variant.get("batch_size", 1), settings=variant.get("settings")))
     if markdown:
         json_arg = f" --json {Path(json_path).name}" if json_path else ""
         write_markdown(results, markdown, f"mmspec bench --all{json_arg} --markdown {Path(markdown).name}")

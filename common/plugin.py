@@ -26,7 +26,8 @@ class Plugin:
     lossless: bool = True
     paper: str = ""
     Config: type = NoConfig
-    bench_variants: tuple = ()  # extra `mmspec bench --all` rows, e.g. ({"settings": {"window": 8}},)
+    bench_variants: tuple = ()  # extra `mmspec bench --all` rows, e.g. ({"settings": {"window": 8}, "batch_size": 4,
+    #                             "num_samples": 40},); keys default to batch 1 and the pipeline's sample count
     bench_default_variants: tuple = ()  # replaces bench.ALL_VARIANTS for this plugin when not empty
 
     def __init__(self, **config):

@@ -89,7 +89,7 @@ class SpeculativeDecoder:
         step = 0
         while rows.numel():
             draft = self._draft(ctx, stats)
-            target_probs = self._verify(state, ctx, draft, stats)
+            target_probs, verify_output = self._verify(state, ctx, draft, stats)
             with stats.timer("accept", device):
                 acc = self.accept_rule(draft, target_probs, ctx.generator)
             committed = acc.num_accepted + 1
@@ -99,7 +99,7 @@ class SpeculativeDecoder:
                     self.target.keep(state, acc.path_nodes)
                 self.target.crop(state, ctx.positions + committed)
                 if self.drafter is not None:
-                    self.drafter.commit(ctx, acc, target_probs)
+                    self.drafter.commit(ctx, acc, target_probs, verify_output)
                 finished = self._write(out, produced, rows, acc, max_new_tokens)
                 ctx.last_tokens, ctx.positions = acc.next_tokens, ctx.positions + committed
                 ctx.remaining = max_new_tokens - produced[rows]
@@ -132,8 +132,8 @@ class SpeculativeDecoder:
             raise ValueError(f"accept rule {self.accept_rule.name!r} needs draft probabilities")
         return draft
 
-    def _verify(self, state, ctx: StepContext, draft: Draft, stats: DecodeStats) -> torch.Tensor:
-        """One target forward on [last, drafts...]; returns processed probs [B, K+1, V].
+    def _verify(self, state, ctx: StepContext, draft: Draft, stats: DecodeStats):
+        """One target forward on [last, drafts...]; returns processed probs [B, K+1, V] and the raw output.
 
         Drafts past a row's last needed position (a window longer than what the row has left)
         are fed as padding at a clamped position: their outputs are never used, and a model
@@ -148,14 +148,15 @@ class SpeculativeDecoder:
             needed = offsets < ctx.remaining[:, None]
             token_mask = None if bool(needed.all()) else needed
             positions = ctx.positions[:, None] + offsets.minimum(ctx.remaining[:, None] - 1)
+            hidden = bool(getattr(self.drafter, "needs_hidden", False))
             if draft.tree is None:
-                out = self.target.forward(state, tokens, positions, token_mask=token_mask)
+                out = self.target.forward(state, tokens, positions, token_mask=token_mask, output_hidden=hidden)
             else:
                 nodes = torch.arange(draft.tree.num_nodes + 1)
                 out = self.target.forward(state, tokens, positions, token_mask=token_mask, tree=draft.tree,
-                                          tree_nodes=nodes)
+                                          tree_nodes=nodes, output_hidden=hidden)
             stats.target_nfe += 1
-            return self.logits.probs(out.logits)
+            return self.logits.probs(out.logits), out
 
     def _write(self, out, produced, rows, acc, max_new_tokens) -> torch.Tensor:
         """Copy committed tokens into `out`, stopping at EOS or the length limit; returns finished [B_active]."""

@@ -14,7 +14,7 @@ import torch
 from .accept import Acceptance, Draft
 from .kernels import sample_inverse_cdf
 from .logits import LogitsPipeline, draw_uniform
-from .model import ARModel, DecodeState
+from .model import ARModel, DecodeState, ModelOutput
 from .tree import TreeSpec
 
 
@@ -37,11 +37,15 @@ class Drafter:
     def propose(self, ctx: StepContext) -> Draft:
         raise NotImplementedError
 
-    def commit(self, ctx: StepContext, acceptance: Acceptance, target_probs: torch.Tensor | None = None) -> None:
+    needs_hidden = False  # ask the verify pass for the target's last hidden state (trained heads)
+
+    def commit(self, ctx: StepContext, acceptance: Acceptance, target_probs: torch.Tensor | None = None,
+               output: ModelOutput | None = None) -> None:
         """Roll back to the accepted prefix; ctx is the context the draft was proposed in.
 
         target_probs [B, K+1, V]: the verify pass's processed distributions, for drafters that
-        build their next draft from them (Jacobi decoding).
+        build their next draft from them (Jacobi decoding). output: the verify pass itself (its hidden
+        states when `needs_hidden`).
         """
 
     def select_rows(self, rows: torch.Tensor) -> None:
@@ -123,7 +127,7 @@ class DraftModelDrafter(Drafter):
                 logits_by_node[node] = out.logits[:, j]
         return Draft(tokens=node_tokens[:, 1:], probs=None, tree=tree, forwards=forwards)
 
-    def commit(self, ctx, acceptance, target_probs=None):
+    def commit(self, ctx, acceptance, target_probs=None, output=None):
         num = acceptance.num_accepted
         if self.tree is not None:
             self.model.keep(self.state, acceptance.path_nodes)

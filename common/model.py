@@ -23,6 +23,7 @@ from .tree import TreeSpec
 class ModelOutput:
     logits: torch.Tensor  # [B, L, V] float32
     hidden: torch.Tensor | None = None  # [B, L, H] last hidden state, when asked for
+    uncond_hidden: torch.Tensor | None = None  # [B, L, H] the unconditional rows' hidden state (CFGModel)
 
 
 @dataclass
@@ -232,8 +233,8 @@ class CFGModel(ARModel):
         return state, None if out is None else self._combine_output(out)
 
     def _combine_output(self, out: ModelOutput) -> ModelOutput:
-        hidden = out.hidden.chunk(2, dim=0)[0] if out.hidden is not None else None
-        return ModelOutput(logits=self.combine(out.logits), hidden=hidden)
+        cond, uncond = out.hidden.chunk(2, dim=0) if out.hidden is not None else (None, None)
+        return ModelOutput(logits=self.combine(out.logits), hidden=cond, uncond_hidden=uncond)
 
     def _double(self, state, positions):
         shift = state.extra["uncond_shift"].to(positions.device)[:, None]

@@ -82,7 +82,8 @@ class JacobiDrafter(Drafter):
         probs = None if ctx.logits.greedy else self.draft_probs
         return Draft(tokens=self.drafts, probs=probs, forwards=0)
 
-    def commit(self, ctx: StepContext, acceptance: Acceptance, target_probs: torch.Tensor | None = None):
+    def commit(self, ctx: StepContext, acceptance: Acceptance, target_probs: torch.Tensor | None = None,
+               output=None):
         if target_probs is None:
             raise ValueError("JacobiDrafter.commit needs the verify pass's target_probs")
         batch, k = self.drafts.shape

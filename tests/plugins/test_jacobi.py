@@ -184,7 +184,7 @@ class StaleDraftProbs(JacobiDrafter):
     """Planted bug: tests a coupled draft against the distribution before the coupling (the code quirk the
     spec notes for MC-SJD), i.e. the wrong q."""
 
-    def commit(self, ctx, acceptance, target_probs=None):
+    def commit(self, ctx, acceptance, target_probs=None, output=None):
         old = self.draft_probs
         super().commit(ctx, acceptance, target_probs)
         batch, k = self.drafts.shape

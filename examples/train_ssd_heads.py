@@ -1,0 +1,151 @@
+"""Train the `ssd` plugin's right and below heads on the bundled LlamaGen model, by self-distillation.
+
+The target is frozen. Sequences are VQ codes of training crops, with the class
+replaced by the null class 10 % of the time so the heads also serve CFG's
+unconditional rows. For the target's last hidden state h_j at input j (the
+state that predicts code j):
+- the right head learns the target's own distribution of code j+1,
+- the below head learns the target's own distribution of code j−1+W (the code
+  under the input token).
+Loss: cross-entropy against those distributions (forward KL up to a constant),
+which is what speculative sampling's acceptance rewards. Held-out: expected
+acceptance Σ_x min(p(x), q(x)) per head. Deterministic and resumable
+(--work-dir); the final heads are saved in fp32 (1.6 MB).
+
+Shipped heads were made with:
+    python examples/train_ssd_heads.py --steps 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from mmspec.plugins.ssd import BUNDLED_HEADS, SpatialHeads
+from mmspec.vision.data import make_crops
+from mmspec.vision.pipeline import bundled_pipeline
+from mmspec.vision.tokenizer import encode_codes
+
+
+def crop_codes(work: Path, split: str, per_class: int, seed: int, vq) -> dict:
+    path = work / f"codes_{split}_{per_class}_{seed}.pt"
+    if path.exists():
+        return torch.load(path, weights_only=False)  # our own cache file
+    crops = make_crops(split, per_class, seed)
+    images = crops.float_images()
+    with torch.no_grad():
+        codes = torch.cat([encode_codes(vq, images[i:i + 250]) for i in range(0, len(images), 250)])
+    out = {"codes": codes.flatten(1), "labels": crops.labels}
+    torch.save(out, path)
+    return out
+
+
+@torch.no_grad()
+def teacher(model, codes: torch.Tensor, labels: torch.Tensor):
+    """Hidden states [B, N, H] and the target's distributions [B, N, V] at inputs 0..N−1."""
+    tokens = torch.cat([model.class_token(labels)[:, None], codes[:, :-1]], 1)
+    logits, hidden = model(tokens, output_hidden=True)
+    return hidden.float(), logits.float().softmax(-1)
+
+
+def head_losses(heads: SpatialHeads, hidden, probs, width: int):
+    """Soft cross-entropy of each head against the target's distributions, and the head distributions."""
+    right_logits = heads.right(hidden[:, :-1])  # input j -> code j+1 = the target's distribution at input j+1
+    below_logits = heads.below(hidden[:, 1:1 - width])  # input j (j >= 1) -> code j−1+W (at input j−1+W)
+    right_target, below_target = probs[:, 1:], probs[:, width:]
+    loss_r = -(right_target * right_logits.float().log_softmax(-1)).sum(-1).mean()
+    loss_b = -(below_target * below_logits.float().log_softmax(-1)).sum(-1).mean()
+    return loss_r, loss_b, (right_logits, right_target), (below_logits, below_target)
+
+
+@torch.no_grad()
+def expected_acceptance(heads, model, data, width, batch=100) -> tuple[float, float]:
+    """Mean Σ_x min(p, q) of each head on held-out sequences (the chance speculative sampling keeps a draft)."""
+    totals = [0.0, 0.0]
+    n = 0
+    for i in range(0, len(data["codes"]), batch):
+        hidden, probs = teacher(model, data["codes"][i:i + batch], data["labels"][i:i + batch])
+        *_, right, below = head_losses(heads, hidden, probs, width)
+        for k, (logits, target) in enumerate((right, below)):
+            totals[k] += torch.minimum(logits.float().softmax(-1), target).sum(-1).mean().item()
+        n += 1
+    return totals[0] / n, totals[1] / n
+
+
+def lr_at(step, total, peak, warmup=50):
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--per-class", type=int, default=300)
+    parser.add_argument("--heldout-per-class", type=int, default=20)
+    parser.add_argument("--null-class-prob", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--work-dir", default="runs/ssd")
+    parser.add_argument("--out", default=str(BUNDLED_HEADS))
+    args = parser.parse_args()
+
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    pipe = bundled_pipeline()
+    model = pipe.transformer.float().eval()
+    width = pipe.grid_size
+    train = crop_codes(work, "train", args.per_class, args.seed, pipe.vqvae)
+    held = crop_codes(work, "heldout", args.heldout_per_class, args.seed, pipe.vqvae)
+    print(f"train sequences {len(train['codes'])}, held-out {len(held['codes'])}", flush=True)
+
+    torch.manual_seed(args.seed)
+    heads = SpatialHeads(hidden_size=model.config.dim, vocab_size=model.config.vocab_size, grid_width=width)
+    heads.init_from_lm_head(model.output.weight.float())
+    counts = torch.bincount(train["codes"].flatten(), minlength=model.config.vocab_size).float()
+    heads.prior_logits.copy_((counts + 1).log())
+    opt = torch.optim.AdamW([p for p in heads.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.0)
+    start, ckpt = 0, work / "heads.ckpt"
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        heads.load_state_dict(state["heads"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"]
+        print(f"resumed at step {start}", flush=True)
+    gen = torch.Generator().manual_seed(args.seed)
+    for _ in range(start):  # replay the data order
+        torch.randint(0, len(train["codes"]), (args.batch_size,), generator=gen)
+        torch.rand(args.batch_size, generator=gen)
+    print("held-out expected acceptance before training (right, below): "
+          f"{expected_acceptance(heads, model, held, width)}", flush=True)
+    t0 = time.time()
+    for step in range(start, args.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args.steps, args.lr)
+        idx = torch.randint(0, len(train["codes"]), (args.batch_size,), generator=gen)
+        labels = train["labels"][idx].clone()
+        labels[torch.rand(args.batch_size, generator=gen) < args.null_class_prob] = model.null_class
+        hidden, probs = teacher(model, train["codes"][idx], labels)
+        loss_r, loss_b, *_ = head_losses(heads, hidden, probs, width)
+        opt.zero_grad(set_to_none=True)
+        (loss_r + loss_b).backward()
+        opt.step()
+        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+            accept = expected_acceptance(heads, model, held, width)
+            print(f"step {step + 1}/{args.steps} loss right {loss_r.item():.3f} below {loss_b.item():.3f} "
+                  f"held-out expected acceptance right {accept[0]:.3f} below {accept[1]:.3f} "
+                  f"{time.time() - t0:.0f}s", flush=True)
+            torch.save({"heads": heads.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt)
+    heads.eval().save_pretrained(args.out)
+    print(f"saved the heads to {args.out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

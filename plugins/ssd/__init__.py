@@ -1,0 +1,208 @@
+"""`ssd`: spatially speculative decoding with two trained heads (after SSD, arXiv:2606.20543).
+
+An image token is predictable from its spatial neighbours, and in raster order
+the row above is always complete. Two small heads on the target's last hidden
+state h_t (the state that predicts token t+1) are trained by self-distillation:
+
+- the **right** head predicts token t+2, the right neighbour of the next token;
+- the **below** head predicts token t+W, the token one image row under t.
+
+A draft of K tokens for positions g+1 … g+K (g = the newest token) costs no
+forward of its own: position g+1 comes from the right head on h_{g−1}, and
+every later position g+i from the below head on the hidden state of the token
+above it, h_{g+i−W}, which the target computed when that row was verified.
+The target verifies the chain in one forward with the core's rules (greedy
+match, or speculative sampling against the heads' processed distributions), so
+the output is exactly plain AR's. With CFG both heads are applied to the
+conditional and the unconditional hidden states and combined like the
+target's logits. Where no source state exists (the first row, the first step)
+the draft comes from the code prior (marginal code frequencies of the training
+data).
+
+No public code exists; the head targets (t+2 and t+W) and the split of the
+chain between the heads are this project's reading of "predict the right and
+the below neighbour from the current hidden state".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from diffusers import ConfigMixin, ModelMixin
+from diffusers.configuration_utils import register_to_config
+
+from mmspec.common.accept import Acceptance, Draft, GreedyMatch, SpeculativeSampling
+from mmspec.common.decoder import SpeculativeDecoder
+from mmspec.common.draft import Drafter, StepContext
+from mmspec.common.kernels import sample_inverse_cdf
+from mmspec.common.logits import draw_uniform
+from mmspec.common.model import CFGModel
+from mmspec.common.plugin import Plugin
+from mmspec.common.registry import field_range, register_plugin
+
+BUNDLED_HEADS = Path(__file__).resolve().parents[2] / "vision" / "bundled" / "ssd_heads"
+
+
+class _Head(nn.Module):
+    """Medusa-style: one residual SiLU block, then a projection to the codebook."""
+
+    def __init__(self, hidden: int, vocab: int):
+        super().__init__()
+        self.block = nn.Linear(hidden, hidden)
+        self.out = nn.Linear(hidden, vocab, bias=False)
+        nn.init.zeros_(self.block.weight)
+        nn.init.zeros_(self.block.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.out(h + nn.functional.silu(self.block(h)))
+
+
+class SpatialHeads(ModelMixin, ConfigMixin):
+    """The right and below heads plus the code prior; saved and loaded like any diffusers model."""
+
+    @register_to_config
+    def __init__(self, hidden_size: int = 256, vocab_size: int = 512, grid_width: int = 16):
+        super().__init__()
+        self.right = _Head(hidden_size, vocab_size)
+        self.below = _Head(hidden_size, vocab_size)
+        self.register_buffer("prior_logits", torch.zeros(vocab_size))
+
+    def init_from_lm_head(self, weight: torch.Tensor) -> None:
+        """Start both projections from the target's output layer (the heads then learn a correction)."""
+        with torch.no_grad():
+            self.right.out.weight.copy_(weight)
+            self.below.out.weight.copy_(weight)
+
+
+@dataclass
+class _Hidden:
+    cond: torch.Tensor  # [B, N+1, H]; slot j+1 holds the state at generated token j (slot 0: last prompt token)
+    uncond: torch.Tensor | None  # same for the unconditional rows under CFG
+    known: torch.Tensor  # [B, N+1] bool
+
+
+class SpatialDrafter(Drafter):
+    needs_hidden = True
+
+    def __init__(self, heads: SpatialHeads, grid: tuple[int, int], guidance_scale: float | None):
+        self.heads = heads
+        self.height, self.width = grid
+        self.guidance_scale = guidance_scale
+        self.vocab_size = heads.config.vocab_size
+        self.store: _Hidden | None = None
+        self.start: torch.Tensor | None = None  # [B] position of generated token 0
+
+    def begin(self, input_ids, attention_mask):
+        self.store = self.start = None
+
+    def _head_logits(self, head: nn.Module, slots: torch.Tensor) -> torch.Tensor:
+        """Head logits [B, K, V] on stored states at slots [B, K] (CFG-combined), prior where unknown."""
+        idx = slots.clamp(min=0)
+        gather = lambda t: t.gather(1, idx[..., None].expand(-1, -1, t.shape[-1]))  # noqa: E731
+        dtype = next(self.heads.parameters()).dtype
+        logits = head(gather(self.store.cond).to(dtype)).float()
+        if self.guidance_scale is not None and self.store.uncond is not None:
+            uncond = head(gather(self.store.uncond).to(dtype)).float()
+            logits = uncond + self.guidance_scale * (logits - uncond)
+        ok = (slots >= 0) & self.store.known.gather(1, idx)
+        return torch.where(ok[..., None], logits, self.heads.prior_logits.float())
+
+    @torch.no_grad()
+    def propose(self, ctx: StepContext) -> Draft:
+        batch, k, device = ctx.last_tokens.shape[0], ctx.num_draft_tokens, ctx.last_tokens.device
+        if self.store is None:
+            n, hidden = self.height * self.width, self.heads.config.hidden_size
+            zeros = torch.zeros(batch, n + 1, hidden, device=device)
+            self.store = _Hidden(zeros, zeros.clone() if self.guidance_scale is not None else None,
+                                 torch.zeros(batch, n + 1, dtype=torch.bool, device=device))
+            self.start = ctx.positions + 1
+        newest = ctx.positions - self.start  # generated index of ctx.last_tokens (-1: the prompt's last token)
+        offsets = torch.arange(1, k + 1, device=device)[None]
+        # Slot of the source state: right head -> token g−1 (slot g); below head -> token g+i−W (slot g+i−W+1).
+        right_slot = newest[:, None]
+        below_slots = newest[:, None] + offsets - self.width + 1
+        logits = torch.cat([self._head_logits(self.heads.right, right_slot),
+                            self._head_logits(self.heads.below, below_slots[:, 1:])], 1)
+        probs = ctx.logits.probs(logits)
+        if ctx.logits.greedy:
+            tokens = probs.argmax(-1)
+        else:
+            tokens = sample_inverse_cdf(probs, draw_uniform(ctx.generator, batch, k, device))
+        return Draft(tokens=tokens, probs=None if ctx.logits.greedy else probs, forwards=0)
+
+    def commit(self, ctx, acceptance: Acceptance, target_probs=None, output=None):
+        if output is None or output.hidden is None:
+            raise ValueError("SpatialDrafter needs the verify pass's hidden states")
+        newest = ctx.positions - self.start
+        kept = output.hidden.shape[1]
+        slots = newest[:, None] + 1 + torch.arange(kept, device=newest.device)[None]  # slot of each fed token
+        fed_ok = torch.arange(kept, device=newest.device)[None] <= acceptance.num_accepted[:, None]
+        fed_ok &= slots < self.store.known.shape[1]
+        safe = torch.where(fed_ok, slots, 0)
+        for buffer, values in ((self.store.cond, output.hidden), (self.store.uncond, output.uncond_hidden)):
+            if buffer is None or values is None:
+                continue
+            current = buffer.gather(1, safe[..., None].expand(-1, -1, buffer.shape[-1]))
+            buffer.scatter_(1, safe[..., None].expand(-1, -1, buffer.shape[-1]),
+                            torch.where(fed_ok[..., None], values.to(buffer.dtype), current))
+        self.store.known.scatter_(1, safe, self.store.known.gather(1, safe) | fed_ok)
+
+    def select_rows(self, rows):
+        self.start = self.start[rows]
+        self.store = _Hidden(self.store.cond[rows], None if self.store.uncond is None else self.store.uncond[rows],
+                             self.store.known[rows])
+
+
+def load_bundled_heads(device="cpu") -> SpatialHeads:
+    return SpatialHeads.from_pretrained(BUNDLED_HEADS).to(device).eval()
+
+
+@dataclass
+class SSDConfig:
+    num_draft_tokens: int = field_range(1, 64, default=6, doc="draft length K (must be < the grid width)")
+    heads_path: str = ""  # a folder saved by SpatialHeads.save_pretrained ("" = the bundled heads)
+
+
+@register_plugin("ssd")
+class SSDPlugin(Plugin):
+    modality = "vision"
+    lossless = True
+    paper = "SSD, spatially speculative decoding (arXiv:2606.20543); heads and drafting as in plugins/ssd"
+    Config = SSDConfig
+    bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
+    bench_variants = tuple({"batch_size": 4, "num_samples": 40, "settings": {"num_draft_tokens": k}}
+                           for k in (2, 4, 10))
+
+    def __init__(self, **config):
+        super().__init__(**config)
+        self._heads: SpatialHeads | None = None
+
+    def heads(self, device) -> SpatialHeads:
+        if self._heads is None:
+            path = Path(self.config.heads_path) if self.config.heads_path else BUNDLED_HEADS
+            if not path.exists():
+                raise ValueError(f"SSDConfig.heads_path {str(path)!r} does not exist")
+            self._heads = SpatialHeads.from_pretrained(path).eval()
+        return self._heads.to(device)
+
+    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
+        if grid is None:
+            raise ValueError("plugin 'ssd' needs tokens that form a 2-D grid; this pipeline gave none")
+        heads = self.heads(target.device)
+        k = self.config.num_draft_tokens
+        if k >= grid[1]:
+            raise ValueError(f"num_draft_tokens must be below the grid width ({grid[1]}), got {k}: a draft's "
+                             "source state must be a token the target has already verified")
+        if heads.config.vocab_size != target.vocab_size:
+            raise ValueError(f"the SSD heads' vocabulary ({heads.config.vocab_size}) does not match the "
+                             f"target's ({target.vocab_size})")
+        if heads.config.grid_width != grid[1]:
+            raise ValueError(f"the SSD heads were trained for grid width {heads.config.grid_width}, "
+                             f"this image has {grid[1]}")
+        guidance = target.guidance_scale if isinstance(target, CFGModel) else None
+        rule = GreedyMatch() if logits.greedy else SpeculativeSampling()
+        return SpeculativeDecoder(target, SpatialDrafter(heads, grid, guidance), rule, logits, num_draft_tokens=k,
+                                  eos_token_id=eos_token_id, pad_token_id=pad_token_id)

@@ -48,6 +48,18 @@ def _check_same_device(**tensors: torch.Tensor | None) -> None:
         raise ValueError(f"all arguments must be on the same device, got {listing}")
 
 
+def _validate_lengths(lengths: torch.Tensor | None, B: int, K: int, device) -> None:
+    if lengths is None:
+        return
+    if _shape(lengths) != (B,):
+        raise ValueError(f"lengths must have shape [B] = ({B},), got {_shape(lengths)}")
+    _check_int("lengths", lengths)
+    if lengths.device != device:
+        raise ValueError(f"lengths must be on {device}, got {lengths.device}")
+    if B and (int(lengths.min()) < 0 or int(lengths.max()) > K):
+        raise ValueError(f"lengths must be in [0, K={K}], got values in [{int(lengths.min())}, {int(lengths.max())}]")
+
+
 def _validate_greedy(draft_tokens: torch.Tensor, target_argmax: torch.Tensor) -> None:
     if draft_tokens.dim() != 2:
         raise ValueError(f"draft_tokens must have shape [B, K], got {_shape(draft_tokens)}")
@@ -107,9 +119,12 @@ def _validate_speculative(
 def greedy_accept_reference(
     draft_tokens: torch.Tensor,  # Long[B, K]
     target_argmax: torch.Tensor,  # Long[B, K+1]
+    lengths: torch.Tensor | None = None,  # Long[B]: row b has only its first lengths[b] drafts
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (Long[B], Long[B, K+1])
     K = draft_tokens.shape[1]
     match = draft_tokens == target_argmax[:, :K]  # [B, K]
+    if lengths is not None:
+        match &= torch.arange(K, device=match.device) < lengths[:, None]
     num_accepted = match.long().cumprod(-1).sum(-1)  # [B]
     pos = torch.arange(K + 1, device=draft_tokens.device)
     # Accepted drafts equal the target there, so the target row already holds
@@ -143,12 +158,15 @@ def speculative_accept_reference(
     target_probs: torch.Tensor,  # float[B, K+1, V]
     uniforms: torch.Tensor,  # float[B, K] in [0, 1)
     residual_uniform: torch.Tensor,  # float[B] in [0, 1)
+    lengths: torch.Tensor | None = None,  # Long[B]: row b has only its first lengths[b] drafts
     *,
     _wrong_residual: bool = False,  # test hook: resample from p instead of max(p - q, 0)
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (Long[B], Long[B, K+1])
     B, K = draft_tokens.shape
     draft_tokens = draft_tokens.long()
     accept = _accept_mask(draft_tokens, draft_probs, target_probs, uniforms)
+    limit = torch.full((B,), K, dtype=torch.long, device=draft_tokens.device) if lengths is None else lengths
+    accept &= torch.arange(K, device=accept.device) < limit[:, None]
     num_accepted = accept.long().cumprod(-1).sum(-1)  # [B]
 
     rows = torch.arange(B, device=draft_tokens.device)
@@ -165,7 +183,7 @@ def speculative_accept_reference(
             residual = (p_n - draft_probs[rows, n_draft]).clamp_min(0)
         # All-zero residual means p == q up to rounding; then p itself is the
         # correct distribution to resample from.
-        use_residual = (num_accepted < K) & (residual > 0).any(-1)
+        use_residual = (num_accepted < limit) & (residual > 0).any(-1)
         weights = torch.where(use_residual[:, None], residual, p_n)
     sampled = sample_inverse_cdf(weights, residual_uniform)  # [B]
 
@@ -186,18 +204,23 @@ if HAS_TRITON:
     def _greedy_accept_kernel(
         draft_ptr,  # Long[B, K], contiguous
         target_ptr,  # Long[B, K+1], contiguous
+        lengths_ptr,  # Long[B]; read only when HAS_LENGTHS
         num_accepted_ptr,  # Long[B]
         tokens_ptr,  # Long[B, K+1]
         K,
+        HAS_LENGTHS: tl.constexpr,
         BLOCK_K: tl.constexpr,  # >= K + 1
     ):
         row = tl.program_id(0).to(tl.int64)
         k = tl.arange(0, BLOCK_K)
         in_row = k < K + 1
+        limit = K
+        if HAS_LENGTHS:
+            limit = tl.load(lengths_ptr + row).to(tl.int32)
         draft = tl.load(draft_ptr + row * K + k, mask=k < K, other=-1)
         target = tl.load(target_ptr + row * (K + 1) + k, mask=in_row, other=-1)
-        # Lane K (and beyond) counts as a mismatch so an all-match row gives n == K.
-        mismatch = (draft != target) | (k >= K)
+        # Lane `limit` (and beyond) counts as a mismatch so an all-match row gives n == limit.
+        mismatch = (draft != target) | (k >= limit)
         n = tl.min(tl.where(mismatch, k, BLOCK_K), axis=0)
         tokens = tl.where(k <= n, target, -1)
         tl.store(tokens_ptr + row * (K + 1) + k, tokens.to(tl.int64), mask=in_row)
@@ -241,18 +264,23 @@ if HAS_TRITON:
         target_probs_ptr,  # f32[B, K+1, V]
         uniforms_ptr,  # f32[B, K]
         residual_uniform_ptr,  # f32[B]
+        lengths_ptr,  # Long[B]; read only when HAS_LENGTHS
         num_accepted_ptr,  # Long[B]
         tokens_ptr,  # Long[B, K+1]
         K,
         V,
         HAS_DRAFT_PROBS: tl.constexpr,
+        HAS_LENGTHS: tl.constexpr,
         BLOCK_K: tl.constexpr,  # >= K + 1
         BLOCK_V: tl.constexpr,
     ):
         row = tl.program_id(0).to(tl.int64)
         V64 = V.to(tl.int64)  # B * K * V can exceed int32
         k = tl.arange(0, BLOCK_K)
-        in_draft = k < K
+        limit = K
+        if HAS_LENGTHS:
+            limit = tl.load(lengths_ptr + row).to(tl.int32)
+        in_draft = k < limit
 
         # Acceptance test for all drafts at once; n = first rejected position.
         draft = tl.load(draft_tokens_ptr + row * K + k, mask=in_draft, other=0)
@@ -267,7 +295,7 @@ if HAS_TRITON:
         accept = accept & (p > 0.0) & in_draft
         n = tl.min(tl.where(accept, BLOCK_K, k), axis=0)
         draft_n = tl.sum(tl.where(k == n, draft, 0), axis=0)
-        has_draft_row = n < K
+        has_draft_row = n < limit
         target_row = target_rows + n * V64
         draft_row = draft_probs_ptr + (row * K + n) * V64
 
@@ -318,6 +346,7 @@ def _require_launchable(kernel, device: torch.device) -> None:
 def _greedy_accept_triton(
     draft_tokens: torch.Tensor,  # Long[B, K]
     target_argmax: torch.Tensor,  # Long[B, K+1]
+    lengths: torch.Tensor | None = None,  # Long[B]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     B, K = draft_tokens.shape
     device = draft_tokens.device
@@ -329,9 +358,11 @@ def _greedy_accept_triton(
     _greedy_accept_kernel[(B,)](
         draft_tokens.long().contiguous(),
         target_argmax.long().contiguous(),
+        lengths.long().contiguous() if lengths is not None else num_accepted,
         num_accepted,
         tokens,
         K,
+        HAS_LENGTHS=lengths is not None,
         BLOCK_K=triton.next_power_of_2(K + 1),
     )
     return num_accepted, tokens
@@ -343,6 +374,7 @@ def _speculative_accept_triton(
     target_probs: torch.Tensor,  # f32[B, K+1, V]
     uniforms: torch.Tensor,  # f32[B, K]
     residual_uniform: torch.Tensor,  # f32[B]
+    lengths: torch.Tensor | None = None,  # Long[B]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     B, K = draft_tokens.shape
     V = target_probs.shape[-1]
@@ -360,11 +392,13 @@ def _speculative_accept_triton(
         target_probs,
         uniforms.contiguous(),
         residual_uniform.contiguous(),
+        lengths.long().contiguous() if lengths is not None else num_accepted,
         num_accepted,
         tokens,
         K,
         V,
         HAS_DRAFT_PROBS=has_draft_probs,
+        HAS_LENGTHS=lengths is not None,
         BLOCK_K=triton.next_power_of_2(K + 1),
         BLOCK_V=min(triton.next_power_of_2(V), _MAX_BLOCK_V),
     )
@@ -378,16 +412,20 @@ def _speculative_accept_triton(
 def greedy_accept(
     draft_tokens: torch.Tensor,  # Long[B, K]
     target_argmax: torch.Tensor,  # Long[B, K+1]
+    lengths: torch.Tensor | None = None,  # Long[B] in [0, K]; None = K for every row
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (num_accepted Long[B], tokens Long[B, K+1])
     """Accept the longest prefix of drafts that matches the target's argmax.
 
     tokens[b, :n] are the accepted drafts, tokens[b, n] the target's token at
-    the first mismatch (or the bonus token when n == K), the rest -1.
+    the first mismatch (or the bonus token when n == lengths[b]), the rest -1.
+    With `lengths`, row b has only its first lengths[b] drafts (ragged chains in one launch).
     """
     _validate_greedy(draft_tokens, target_argmax)
+    _validate_lengths(lengths, *draft_tokens.shape, draft_tokens.device)
     if kernel_backend(draft_tokens.device) == "triton":
-        return _greedy_accept_triton(draft_tokens, target_argmax)
-    return greedy_accept_reference(draft_tokens.long(), target_argmax.long())
+        return _greedy_accept_triton(draft_tokens, target_argmax, lengths)
+    return greedy_accept_reference(draft_tokens.long(), target_argmax.long(),
+                                   None if lengths is None else lengths.long())
 
 
 def speculative_accept(
@@ -396,8 +434,12 @@ def speculative_accept(
     target_probs: torch.Tensor,  # float[B, K+1, V]
     uniforms: torch.Tensor,  # float[B, K] in [0, 1)
     residual_uniform: torch.Tensor,  # float[B] in [0, 1)
+    lengths: torch.Tensor | None = None,  # Long[B] in [0, K]; None = K for every row
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (num_accepted Long[B], tokens Long[B, K+1])
     """Leviathan/Chen speculative sampling; rows are independent.
+
+    With `lengths`, row b has only its first lengths[b] drafts: its bonus token comes from
+    target_probs[b, lengths[b]] (ragged chains in one launch).
 
     Draft i is accepted iff uniforms[b, i] * q <= p (and p > 0).  After the
     first rejection at n the token is resampled from max(p - q, 0) (from p if
@@ -406,6 +448,8 @@ def speculative_accept(
     be unnormalised and are computed in float32 on both backends.
     """
     _validate_speculative(draft_tokens, draft_probs, target_probs, uniforms, residual_uniform)
+    _validate_lengths(lengths, *draft_tokens.shape, draft_tokens.device)
+    lengths = None if lengths is None else lengths.long()
     # One compute dtype for both backends so they agree token for token.
     draft_tokens = draft_tokens.long()
     target_probs = target_probs.float()
@@ -413,5 +457,7 @@ def speculative_accept(
     uniforms = uniforms.float()
     residual_uniform = residual_uniform.float()
     if kernel_backend(draft_tokens.device) == "triton":
-        return _speculative_accept_triton(draft_tokens, draft_probs, target_probs, uniforms, residual_uniform)
-    return speculative_accept_reference(draft_tokens, draft_probs, target_probs, uniforms, residual_uniform)
+        return _speculative_accept_triton(draft_tokens, draft_probs, target_probs, uniforms, residual_uniform,
+                                          lengths)
+    return speculative_accept_reference(draft_tokens, draft_probs, target_probs, uniforms, residual_uniform,
+                                        lengths)

@@ -103,6 +103,24 @@ class VerifiedNextSetDecoder:
             feed.samples.append((slot, index))
         return feed, k
 
+    def _accept_chains(self, rows, plans, tokens, draft_probs, settled, probs, uniforms):
+        """All rows' verify chains in one kernel launch: chains are ragged, so each row passes its length."""
+        lengths = [k for _, k in plans]
+        longest = max(lengths)
+        device = probs.device
+        drafts = torch.zeros(len(rows), longest, dtype=torch.long)
+        chain_q = torch.zeros(len(rows), longest, probs.shape[-1], device=device)
+        for i, (b, k) in enumerate(zip(rows, lengths)):
+            s = settled[b]
+            drafts[i, :k] = torch.tensor(tokens[b][s:s + k], dtype=torch.long)
+            chain_q[i, :k] = draft_probs[b, s:s + k]
+        drafts, lengths = drafts.to(device), torch.tensor(lengths, dtype=torch.long, device=device)
+        chain_p = probs[:, :longest + 1]  # the chain is each row's first inputs
+        if self.logits.greedy:
+            return greedy_accept(drafts, chain_p.argmax(-1), lengths)
+        return speculative_accept(drafts, chain_q, chain_p, uniforms[:, :longest],
+                                  uniforms[:, self.height * self.width], lengths)
+
     # --- decoding ------------------------------------------------------------
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
@@ -161,22 +179,16 @@ class VerifiedNextSetDecoder:
             with stats.timer("accept", device):
                 probs = self.logits.probs(logits)  # [B, L, V]
                 uniforms = draw_uniform(generator, len(rows), n + 1 + self.height, device)
+                num, accepted = self._accept_chains(rows, plans, tokens, draft_probs, settled, probs, uniforms)
                 committed, release = [], torch.full((len(rows), n), -1, dtype=torch.long)
                 for i, (b, (feed, k)) in enumerate(zip(rows, plans)):
                     s = settled[b]
-                    drafts = torch.tensor(tokens[b][s:s + k], dtype=torch.long, device=device)[None]
-                    chain_probs = probs[i, :k + 1][None]
-                    if self.logits.greedy:
-                        num, acc_tokens = greedy_accept(drafts, chain_probs.argmax(-1))
-                    else:
-                        num, acc_tokens = speculative_accept(drafts, draft_probs[b, s:s + k][None], chain_probs,
-                                                             uniforms[i:i + 1, :k], uniforms[i:i + 1, n])
-                    m = int(num[0])
+                    m = int(num[i])
                     for j, index in enumerate(feed.index):
                         if index >= 0 and not feed.query_only[j]:
                             has_kv[b][index] = True
                     for j in range(m + 1):
-                        tokens[b][s + j] = int(acc_tokens[0, j])
+                        tokens[b][s + j] = int(accepted[i, j])
                         status[b][s + j] = SETTLED
                     has_kv[b][s + m] = False  # the correction / bonus token is fed next step
                     # Drafts after the rejection were fed with a rejected token on their left: their

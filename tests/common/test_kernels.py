@@ -288,3 +288,43 @@ def test_wrong_residual_is_detected(draft_probs_given):
         return speculative_accept_reference(*args, _wrong_residual=True)
 
     assert _first_token_pvalue(wrong, draft_probs_given, seed=0) < 1e-6
+
+
+# --------------------------------------------------------------------------
+# Ragged chains: per-row lengths in one launch
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_lengths_equal_running_each_row_alone(monkeypatch, backend, deterministic):
+    """Row b with lengths[b] = L behaves exactly like a K = L call on that row alone (bonus from p[L])."""
+    K, V = 5, 40
+    draft, draft_probs, target_probs, uniforms, residual_uniform = _speculative_inputs(8, K, V, seed=11)
+    draft_probs = None if deterministic else draft_probs
+    target_probs[:, :K] = target_probs[:, :K] * 0.3 + 0.7 * (draft_probs if draft_probs is not None else
+                                                               torch.nn.functional.one_hot(draft, V).float())
+    lengths = torch.tensor([0, 1, 2, 3, 4, 5, 2, 5])
+    _use_backend(monkeypatch, backend)
+    num, tokens = speculative_accept(draft, draft_probs, target_probs, uniforms, residual_uniform, lengths)
+    gnum, gtokens = greedy_accept(draft, target_probs.argmax(-1), lengths)
+    for b, n in enumerate(lengths.tolist()):
+        keep = list(range(n)) + [K]  # the row's drafts, then its bonus distribution moved to slot n
+        probs = target_probs[b:b + 1, keep[:n]]
+        row_target = torch.cat([probs, target_probs[b:b + 1, n:n + 1]], 1)
+        one = speculative_accept(draft[b:b + 1, :n], None if draft_probs is None else draft_probs[b:b + 1, :n],
+                                 row_target, uniforms[b:b + 1, :n], residual_uniform[b:b + 1])
+        assert int(num[b]) == int(one[0][0]) <= n
+        assert tokens[b, :n + 1].tolist() == one[1][0].tolist()
+        assert (tokens[b, n + 1:] == -1).all()
+        g = greedy_accept(draft[b:b + 1, :n], row_target.argmax(-1))
+        assert int(gnum[b]) == int(g[0][0]) and gtokens[b, :n + 1].tolist() == g[1][0].tolist()
+    assert len(set(num.tolist())) > 2  # the case is ragged for real
+
+
+def test_lengths_are_checked():
+    draft, draft_probs, target_probs, uniforms, residual_uniform = _speculative_inputs(6, 4, 10, seed=1)
+    with pytest.raises(ValueError, match="lengths"):
+        speculative_accept(draft, draft_probs, target_probs, uniforms, residual_uniform,
+                           torch.tensor([1, 2, 5, 0, 0, 0]))
+    with pytest.raises(ValueError, match="lengths"):
+        greedy_accept(draft, target_probs.argmax(-1), torch.tensor([1, 2]))

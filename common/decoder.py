@@ -22,6 +22,37 @@ from .stats import DecodeStats
 
 
 @dataclass
+class DecodeStart:
+    """What every decode loop has after the prompt: the prefilled target state, ready for decoding."""
+    ids: torch.Tensor  # [B, T] left-padded prompt ids on the target's device
+    mask: torch.Tensor  # [B, T] bool
+    state: object  # the target's DecodeState
+    generator: object  # validated: None, a torch.Generator, or one per row
+    stats: DecodeStats
+    start_time: float
+
+
+def begin_generation(target: ARModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                     prefill_input: tuple | None, generator) -> DecodeStart:
+    """Prefill all prompt tokens but the last one: every loop feeds the last prompt token with its first
+    forward, so that forward already produces (or verifies) new tokens.
+
+    `prefill_input` lets an adapter that needs more than ids (CFG: 2B rows) receive its own prefill
+    arguments; its last column must be the same tokens as input_ids'."""
+    ids, mask, _ = left_align(input_ids, attention_mask)
+    batch, device = ids.shape[0], target.device
+    ids, mask = ids.to(device), mask.to(device)
+    generator = check_generators(generator, batch)
+    stats = DecodeStats(num_rows=batch)
+    start_time = time.perf_counter()
+    pre_ids, pre_mask = (ids, mask) if prefill_input is None else left_align(*prefill_input)[:2]
+    state, pre_out = target.prefill(pre_ids[:, :-1].to(device), pre_mask[:, :-1].to(device))
+    stats.prefill_nfe += pre_out is not None
+    target.begin_decode(state, pre_ids[:, -1])
+    return DecodeStart(ids, mask, state, generator, stats, start_time)
+
+
+@dataclass
 class GenerationOutput:
     sequences: torch.Tensor  # [B, max_new_tokens] long; generated tokens, padded with pad_token_id
     lengths: torch.Tensor  # [B] long; generated tokens per row (EOS included)
@@ -65,18 +96,10 @@ class SpeculativeDecoder:
         """
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-        ids, mask, _ = left_align(input_ids, attention_mask)
+        begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator)
+        ids, mask, state, generator, stats, start = (begun.ids, begun.mask, begun.state, begun.generator,
+                                                     begun.stats, begun.start_time)
         batch, device = ids.shape[0], self.target.device
-        ids, mask = ids.to(device), mask.to(device)
-        generator = check_generators(generator, batch)
-        stats = DecodeStats(num_rows=batch)
-        start = time.perf_counter()
-
-        # The last prompt token is fed with the first draft, so that forward already verifies.
-        pre_ids, pre_mask = (ids, mask) if prefill_input is None else left_align(*prefill_input)[:2]
-        state, pre_out = self.target.prefill(pre_ids[:, :-1].to(device), pre_mask[:, :-1].to(device))
-        stats.prefill_nfe += pre_out is not None
-        self.target.begin_decode(state, pre_ids[:, -1])
         if self.drafter is not None:
             self.drafter.begin(ids[:, :-1], mask[:, :-1])
 

@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .decoder import GenerationOutput
+from .decoder import GenerationOutput, begin_generation
 from .kernels import sample_inverse_cdf
-from .logits import LogitsPipeline, check_generators, draw_uniform
-from .model import ARModel, left_align
-from .stats import DecodeStats
+from .logits import LogitsPipeline, draw_uniform
+from .model import ARModel
 
 
 @dataclass
@@ -77,16 +76,10 @@ class ScheduledDecoder:
         if max_new_tokens != self.schedule.num_tokens:
             raise ValueError(f"max_new_tokens ({max_new_tokens}) must equal the schedule's "
                              f"{self.schedule.num_tokens} tokens")
-        ids, mask, _ = left_align(input_ids, attention_mask)
+        begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator)
+        ids, mask, state, generator, stats, start = (begun.ids, begun.mask, begun.state, begun.generator,
+                                                     begun.stats, begun.start_time)
         batch, device = ids.shape[0], self.target.device
-        ids, mask = ids.to(device), mask.to(device)
-        generator = check_generators(generator, batch)
-        stats = DecodeStats(num_rows=batch)
-        start = time.perf_counter()
-        pre_ids, pre_mask = (ids, mask) if prefill_input is None else left_align(*prefill_input)[:2]
-        state, pre_out = self.target.prefill(pre_ids[:, :-1].to(device), pre_mask[:, :-1].to(device))
-        stats.prefill_nfe += pre_out is not None
-        self.target.begin_decode(state, pre_ids[:, -1])
 
         last_prompt = ids[:, -1]
         first_position = mask.sum(1)  # position of generated token 0, per row

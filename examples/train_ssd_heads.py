@@ -14,6 +14,8 @@ acceptance Σ_x min(p(x), q(x)) per head. Deterministic and resumable
 
 Shipped heads were made with:
     python examples/train_ssd_heads.py --steps 600
+(10 min on 2 CPU cores). Held-out expected acceptance went from 0.386 (right) and 0.275 (below) for
+the untrained heads (both projections = the target's output layer) to 0.469 and 0.411.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from mmspec.plugins.ssd import BUNDLED_HEADS, SpatialHeads
 from mmspec.vision.data import make_crops

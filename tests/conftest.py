@@ -5,7 +5,6 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
 
 from tiny_models import perturbed_copy, tiny_llama  # noqa: E402

@@ -162,7 +162,7 @@ def load_bundled_heads(device="cpu") -> SpatialHeads:
 
 @dataclass
 class SSDConfig:
-    num_draft_tokens: int = field_range(1, 64, default=6, doc="draft length K (must be < the grid width)")
+    num_draft_tokens: int = field_range(1, 64, default=3, doc="draft length K (must be < the grid width)")
     heads_path: str = ""  # a folder saved by SpatialHeads.save_pretrained ("" = the bundled heads)
 
 
@@ -174,7 +174,7 @@ class SSDPlugin(Plugin):
     Config = SSDConfig
     bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
     bench_variants = tuple({"batch_size": 4, "num_samples": 40, "settings": {"num_draft_tokens": k}}
-                           for k in (2, 4, 10))
+                           for k in (2, 6)) + ({"batch_size": 4, "num_samples": 40, "settings": {"temperature": 0.0}},)
 
     def __init__(self, **config):
         super().__init__(**config)

@@ -27,11 +27,10 @@ import time
 
 import torch
 
-from mmspec.common.decoder import GenerationOutput
+from mmspec.common.decoder import GenerationOutput, begin_generation
 from mmspec.common.kernels import greedy_accept, sample_inverse_cdf, speculative_accept
-from mmspec.common.logits import LogitsPipeline, check_generators, draw_uniform
-from mmspec.common.model import ARModel, left_align
-from mmspec.common.stats import DecodeStats
+from mmspec.common.logits import LogitsPipeline, draw_uniform
+from mmspec.common.model import ARModel
 
 EMPTY, DRAFT, SETTLED = 0, 1, 2
 
@@ -129,16 +128,10 @@ class VerifiedNextSetDecoder:
         n = self.height * self.width
         if max_new_tokens != n:
             raise ValueError(f"max_new_tokens ({max_new_tokens}) must equal the {self.height}×{self.width} grid")
-        ids, mask, _ = left_align(input_ids, attention_mask)
+        begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator)
+        ids, mask, state, generator, stats, start_time = (begun.ids, begun.mask, begun.state, begun.generator,
+                                                          begun.stats, begun.start_time)
         batch, device = ids.shape[0], self.target.device
-        ids, mask = ids.to(device), mask.to(device)
-        generator = check_generators(generator, batch)
-        stats = DecodeStats(num_rows=batch)
-        start_time = time.perf_counter()
-        pre_ids, pre_mask = (ids, mask) if prefill_input is None else left_align(*prefill_input)[:2]
-        state, pre_out = self.target.prefill(pre_ids[:, :-1].to(device), pre_mask[:, :-1].to(device))
-        stats.prefill_nfe += pre_out is not None
-        self.target.begin_decode(state, pre_ids[:, -1])
 
         vocab = self.target.vocab_size
         first_position = mask.sum(1).tolist()  # position of generated token 0, per row

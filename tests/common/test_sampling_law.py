@@ -10,14 +10,14 @@ import itertools
 
 import pytest
 import torch
-from scipy.stats import chi2_contingency, chisquare
+from law import ResidualFromTarget, gof_pvalue
+from scipy.stats import chi2_contingency
 from tiny_models import perturbed_copy, tiny_llama
 
-from mmspec.common.accept import AcceptAll, Acceptance, SpeculativeSampling
+from mmspec.common.accept import AcceptAll, SpeculativeSampling
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.draft import DraftModelDrafter
-from mmspec.common.kernels import speculative_accept_reference
-from mmspec.common.logits import LogitsPipeline, draw_uniform
+from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import HFCausalLM
 from mmspec.common.tree import TreeSpec
 
@@ -51,31 +51,10 @@ def sample_counts(decoder, seed=0, with_stats=False):
     return (counts, out.stats) if with_stats else counts
 
 
-def gof_pvalue(counts: torch.Tensor, law: torch.Tensor) -> float:
-    expected = law.double() * counts.sum()
-    keep = expected >= 5  # chi-square needs populated cells; pool the rest into one
-    obs = torch.cat([counts[keep].double(), counts[~keep].double().sum()[None]])
-    exp = torch.cat([expected[keep], expected[~keep].sum()[None]])
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    return float(chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue)
-
-
 def decoder_for(pair, rule, logits, k=2, tree=None):
     target, draft = pair
     return SpeculativeDecoder(HFCausalLM(target), DraftModelDrafter(HFCausalLM(draft), tree=tree), rule, logits,
                               num_draft_tokens=0 if tree else k)
-
-
-class ResidualFromTarget(SpeculativeSampling):
-    """Planted bug: on rejection resample from p instead of max(p - q, 0)."""
-
-    def __call__(self, draft, target_probs, generator=None):
-        batch, k = draft.tokens.shape
-        u = draw_uniform(generator, batch, k + 1, target_probs.device)
-        num, tokens = speculative_accept_reference(draft.tokens, draft.probs, target_probs, u[:, :k], u[:, k],
-                                                   _wrong_residual=True)
-        return Acceptance(num, tokens)
 
 
 LOGITS = [LogitsPipeline(temperature=1.0), LogitsPipeline(temperature=0.7, top_k=3),

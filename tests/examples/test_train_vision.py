@@ -72,3 +72,20 @@ def test_train_classifier_smoke(tmp_path, crops_dir):
     model = build_classifier()
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
     assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing)
+
+
+def test_train_ssd_heads_runs_and_resumes_exactly(tmp_path):
+    from mmspec.plugins.ssd import SpatialHeads
+
+    common = ["--per-class", 2, "--heldout-per-class", 1, "--batch-size", 4, "--eval-every", 2,
+              "--work-dir", tmp_path / "work"]
+    run("train_ssd_heads.py", common + ["--steps", 2, "--out", tmp_path / "a"])
+    run("train_ssd_heads.py", common + ["--steps", 4, "--out", tmp_path / "resumed"])  # picks up at step 2
+    run("train_ssd_heads.py", ["--per-class", 2, "--heldout-per-class", 1, "--batch-size", 4, "--eval-every", 2,
+                               "--work-dir", tmp_path / "fresh", "--steps", 4, "--out", tmp_path / "straight"])
+    resumed, straight = weights(tmp_path / "resumed"), weights(tmp_path / "straight")
+    assert resumed.keys() == straight.keys()
+    assert all(torch.equal(resumed[k], straight[k]) for k in resumed)
+    assert not torch.equal(weights(tmp_path / "a")["right.block.weight"], resumed["right.block.weight"])
+    heads = SpatialHeads.from_pretrained(tmp_path / "resumed")
+    assert heads.config.grid_width == 16 and heads.prior_logits.shape == (512,)

@@ -6,13 +6,13 @@ import math
 
 import pytest
 import torch
+from law import ResidualFromTarget, gof_pvalue, sequence_codes
 from scipy.stats import chisquare
 from tiny_models import HF_GRID, build_tiny_janus, tiny_llama, tiny_text_tokenizer
 
 from mmspec.common.accept import Acceptance, Draft, SpeculativeSampling
 from mmspec.common.decoder import SpeculativeDecoder
-from mmspec.common.kernels import speculative_accept_reference
-from mmspec.common.logits import LogitsPipeline, draw_uniform
+from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import ARModel, HFCausalLM
 from mmspec.common.registry import get_plugin_class
 from mmspec.plugins.jacobi import GroupedAcceptance, JacobiDrafter
@@ -158,26 +158,8 @@ def exact_law(model, logits):
 def law_pvalue(decoder, law, seed=0):
     ids = torch.tensor(PROMPT).expand(SAMPLES, -1)
     out = decoder.generate(ids, max_new_tokens=NEW_TOKENS, generator=torch.Generator().manual_seed(seed))
-    code = (out.sequences * VOCAB ** torch.arange(NEW_TOKENS - 1, -1, -1)).sum(1)
-    counts = torch.bincount(code, minlength=VOCAB ** NEW_TOKENS).double()
-    expected = law.double() * SAMPLES
-    keep = expected >= 5
-    obs = torch.cat([counts[keep], counts[~keep].sum()[None]])
-    exp = torch.cat([expected[keep], expected[~keep].sum()[None]])
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    return float(chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue), out.stats
-
-
-class NoResidual(SpeculativeSampling):
-    """Planted bug: at a rejection, resample from p instead of max(p − q, 0)."""
-
-    def __call__(self, draft, target_probs, generator=None):
-        batch, k = draft.tokens.shape
-        u = draw_uniform(generator, batch, k + 1, target_probs.device)
-        num, tokens = speculative_accept_reference(draft.tokens, draft.probs, target_probs, u[:, :k], u[:, k],
-                                                   _wrong_residual=True)
-        return Acceptance(num, tokens)
+    counts = torch.bincount(sequence_codes(out.sequences, VOCAB), minlength=VOCAB ** NEW_TOKENS)
+    return gof_pvalue(counts, law), out.stats
 
 
 class StaleDraftProbs(JacobiDrafter):
@@ -217,7 +199,7 @@ def test_top_k_law(small_model, torch_kernels):
 def test_planted_bugs_fail_the_law_test(small_model, bug, torch_kernels):
     logits = LogitsPipeline(temperature=1.0)
     if bug == "no-residual":
-        decoder = jacobi_decoder(small_model, logits, rule=NoResidual())
+        decoder = jacobi_decoder(small_model, logits, rule=ResidualFromTarget())
     else:
         decoder = jacobi_decoder(small_model, logits, coupling="maximal")
         decoder.drafter = StaleDraftProbs(VOCAB, WINDOW, coupling="maximal")

@@ -4,6 +4,7 @@ the Janus adapter, bad inputs."""
 
 import pytest
 import torch
+from law import class_grid_law, gof_pvalue, sequence_codes
 from tiny_models import build_tiny_emu3, build_tiny_janus, tiny_text_tokenizer
 
 from mmspec.common.logits import LogitsPipeline
@@ -189,32 +190,10 @@ def law_model():
     return model
 
 
-def grid_law(model, label):
-    """Exact law of the 2×3 codes (rows of a 3×3 grid model; only the first 6 positions are generated)."""
-    import itertools
-
-    seqs = torch.tensor(list(itertools.product(range(LAW_VOCAB), repeat=LAW_H * LAW_W)))
-    cls = model.class_token(torch.full((len(seqs), 1), label))
-    with torch.no_grad():
-        probs = model(torch.cat([cls, seqs], 1)).softmax(-1)[:, :-1]
-    return probs.gather(2, seqs[:, :, None]).squeeze(2).prod(1)
-
-
 def law_counts(model, decoder, label):
     cond = model.class_token(torch.full((LAW_SAMPLES, 1), label))
     out = decoder.generate(cond, max_new_tokens=LAW_H * LAW_W, generator=torch.Generator().manual_seed(0))
-    code = (out.sequences * LAW_VOCAB ** torch.arange(LAW_H * LAW_W - 1, -1, -1)).sum(1)
-    return torch.bincount(code, minlength=LAW_VOCAB ** (LAW_H * LAW_W)).double()
-
-
-def chi2_pvalue(counts, law):
-    from scipy.stats import chisquare
-
-    expected = law.double() * counts.sum()
-    keep = expected >= 5
-    obs = torch.cat([counts[keep], counts[~keep].sum()[None]])
-    exp = torch.cat([expected[keep], expected[~keep].sum()[None]])
-    return float(chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue)
+    return torch.bincount(sequence_codes(out.sequences, LAW_VOCAB), minlength=LAW_VOCAB ** (LAW_H * LAW_W))
 
 
 def test_verified_sampling_follows_the_ar_law_and_lossy_does_not(law_model):
@@ -222,8 +201,8 @@ def test_verified_sampling_follows_the_ar_law_and_lossy_does_not(law_model):
     from mmspec.plugins.zipar.verified import VerifiedNextSetDecoder
 
     logits = LogitsPipeline(temperature=1.0)
-    law = grid_law(law_model, 1)
+    law = class_grid_law(law_model, 1, LAW_H * LAW_W)
     verified = VerifiedNextSetDecoder(LlamaGenAdapter(law_model), LAW_H, LAW_W, window, logits)
-    assert chi2_pvalue(law_counts(law_model, verified, 1), law) > 1e-3
+    assert gof_pvalue(law_counts(law_model, verified, 1), law) > 1e-3
     lossy = ScheduledDecoder(LlamaGenAdapter(law_model), next_set_schedule(LAW_H, LAW_W, window), logits)
-    assert chi2_pvalue(law_counts(law_model, lossy, 1), law) < 1e-6
+    assert gof_pvalue(law_counts(law_model, lossy, 1), law) < 1e-6

@@ -1,0 +1,49 @@
+"""Shared pieces of the output-law tests: the chi-square goodness of fit, exact laws by enumeration, and the
+planted bugs those tests must catch."""
+
+import itertools
+
+import torch
+from scipy.stats import chisquare
+
+from mmspec.common.accept import Acceptance, SpeculativeSampling
+from mmspec.common.kernels import speculative_accept_reference
+from mmspec.common.logits import draw_uniform
+
+
+def gof_pvalue(counts: torch.Tensor, law: torch.Tensor) -> float:
+    """Chi-square goodness of fit of observed sequence counts against an exact law."""
+    expected = law.double() * counts.sum()
+    keep = expected >= 5  # chi-square needs populated cells; pool the rest into one
+    obs = torch.cat([counts[keep].double(), counts[~keep].double().sum()[None]])
+    exp = torch.cat([expected[keep], expected[~keep].sum()[None]])
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return float(chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue)
+
+
+def sequence_codes(sequences: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[N, L] token rows -> [N] index of each row among the vocab**L sequences (first token most significant)."""
+    length = sequences.shape[1]
+    return (sequences * vocab ** torch.arange(length - 1, -1, -1)).sum(1)
+
+
+def class_grid_law(model, label: int, num_tokens: int) -> torch.Tensor:
+    """Exact law of the first `num_tokens` codes of a class-conditional LlamaGenModel, by enumeration."""
+    vocab = model.config.vocab_size
+    seqs = torch.tensor(list(itertools.product(range(vocab), repeat=num_tokens)))
+    cls = model.class_token(torch.full((len(seqs), 1), label))
+    with torch.no_grad():
+        probs = model(torch.cat([cls, seqs], 1)).float().softmax(-1)[:, :-1]
+    return probs.gather(2, seqs[:, :, None]).squeeze(2).prod(1)
+
+
+class ResidualFromTarget(SpeculativeSampling):
+    """Planted bug: on rejection resample from p instead of max(p − q, 0)."""
+
+    def __call__(self, draft, target_probs, generator=None):
+        batch, k = draft.tokens.shape
+        u = draw_uniform(generator, batch, k + 1, target_probs.device)
+        num, tokens = speculative_accept_reference(draft.tokens, draft.probs, target_probs, u[:, :k], u[:, k],
+                                                   _wrong_residual=True)
+        return Acceptance(num, tokens)

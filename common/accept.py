@@ -99,7 +99,8 @@ def _child_table(tree: TreeSpec, device) -> torch.Tensor:
     return table.to(device)
 
 
-def tree_accept(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor | None, greedy: bool) -> Acceptance:
+def tree_accept(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor | None, greedy: bool,
+                relax=None) -> Acceptance:
     """Walk a static draft tree from the root, one depth at a time, for all rows at once.
 
     Greedy: descend into the child equal to the target argmax. Sampling: the
@@ -109,6 +110,11 @@ def tree_accept(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor
     deterministic multi-candidate drafts). If no child is kept, the extra token
     comes from p' (or is the bonus token at a leaf).
     uniforms: [B, N+2]; column i tests node i, the last column samples the extra token.
+
+    relax(probs [B, V] normalised, tokens [B]) -> (relaxed probability [B], merged [B, k] token ids, -1
+    padded): a relaxed test (LANTERN). Child x is then kept with probability relaxed(x) under the
+    current residual, and a rejection removes x and the tokens merged into it; greedy keeps x when its
+    relaxed probability reaches the target's maximum.
     """
     tree = draft.tree
     batch, device = draft.tokens.shape[0], draft.tokens.device
@@ -130,14 +136,23 @@ def tree_accept(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor
             cand = children[node, c]
             open_ = active & (cand >= 0) & (chosen < 0)
             tok = node_tokens[rows, cand.clamp(min=0)]
+            p_tok = p[rows, tok.clamp(min=0)]
+            if relax is not None:
+                mass = p.sum(-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny)
+                relaxed, merged = relax(p / mass, tok.clamp(min=0))
             if greedy:
-                ok = tok == target_arg
+                ok = tok == target_arg if relax is None else (relaxed * mass[:, 0] >= p.amax(-1)) & (p_tok > 0)
             else:
                 mass = p.sum(-1)
-                p_tok = p[rows, tok.clamp(min=0)]
-                ok = uniforms[rows, cand.clamp(min=0)] * mass <= p_tok
+                test = p_tok if relax is None else relaxed * mass
+                ok = uniforms[rows, cand.clamp(min=0)] * mass <= test
+                if relax is not None:
+                    ok &= p_tok > 0
                 reject = open_ & ~ok
                 p[rows[reject], tok[reject]] = 0.0
+                if relax is not None:
+                    drop = reject[:, None] & (merged >= 0)
+                    p[rows[:, None].expand_as(merged)[drop], merged[drop]] = 0.0
             chosen = torch.where(open_ & ok, cand, chosen)
         descend = active & (chosen >= 0)
         finish = active & (chosen < 0)

@@ -78,6 +78,11 @@ class ARModel:
         """[V, D] the input embedding of every output token (methods that compare tokens by embedding)."""
         raise NotImplementedError(f"{type(self).__name__} does not expose its token embeddings")
 
+    def output_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[.., H] last hidden states -> [.., V] float32 logits: the model's own output layer, for heads that
+        predict hidden states (EAGLE)."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose its output layer")
+
     # --- the protocol ---------------------------------------------------
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 output_hidden: bool = False) -> tuple[DecodeState, ModelOutput | None]:
@@ -182,6 +187,9 @@ class HFCausalLM(ARModel):
     def token_embeddings(self) -> torch.Tensor:
         return self.model.get_input_embeddings().weight[: self.vocab_size]
 
+    def output_logits(self, hidden):
+        return self.model.get_output_embeddings()(hidden).float()
+
     def new_state(self, batch_size: int) -> DecodeState:
         from transformers import DynamicCache
 
@@ -217,6 +225,9 @@ class CFGModel(ARModel):
 
     def token_embeddings(self) -> torch.Tensor:
         return self.base.token_embeddings()
+
+    def output_logits(self, hidden):
+        return self.base.output_logits(hidden)
 
     def combine(self, logits: torch.Tensor) -> torch.Tensor:
         cond, uncond = logits.chunk(2, dim=0)

@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "mmspec.plugins"
 BUILTIN_MODULES = ("mmspec.common.textlm", "mmspec.plugins.ar", "mmspec.plugins.speculative",
                    "mmspec.plugins.jacobi", "mmspec.plugins.zipar",
-                   "mmspec.plugins.ssd")
+                   "mmspec.plugins.ssd", "mmspec.plugins.lantern")
 MODALITIES = ("any", "text", "vision", "speech", "docs")
 # What modality-free plugins (`ar`) run on when no model is named: the main bundled job.
 PROJECT_DEFAULT_MODEL = "llamagen-tiny"

@@ -21,29 +21,15 @@ the untrained heads (both projections = the target's output layer) to 0.469 and 
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
 
 import torch
 
 from mmspec.plugins.ssd import BUNDLED_HEADS, SpatialHeads
-from mmspec.vision.data import make_crops
+from mmspec.common.training import warmup_cosine_lr
+from mmspec.vision.data import code_dataset
 from mmspec.vision.pipeline import bundled_pipeline
-from mmspec.vision.tokenizer import encode_codes
-
-
-def crop_codes(work: Path, split: str, per_class: int, seed: int, vq) -> dict:
-    path = work / f"codes_{split}_{per_class}_{seed}.pt"
-    if path.exists():
-        return torch.load(path, weights_only=False)  # our own cache file
-    crops = make_crops(split, per_class, seed)
-    images = crops.float_images()
-    with torch.no_grad():
-        codes = torch.cat([encode_codes(vq, images[i:i + 250]) for i in range(0, len(images), 250)])
-    out = {"codes": codes.flatten(1), "labels": crops.labels}
-    torch.save(out, path)
-    return out
 
 
 @torch.no_grad()
@@ -78,12 +64,6 @@ def expected_acceptance(heads, model, data, width, batch=100) -> tuple[float, fl
     return totals[0] / n, totals[1] / n
 
 
-def lr_at(step, total, peak, warmup=50):
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=600)
@@ -103,8 +83,8 @@ def main():
     pipe = bundled_pipeline()
     model = pipe.transformer.float().eval()
     width = pipe.grid_size
-    train = crop_codes(work, "train", args.per_class, args.seed, pipe.vqvae)
-    held = crop_codes(work, "heldout", args.heldout_per_class, args.seed, pipe.vqvae)
+    train = code_dataset(work, "train", args.per_class, args.seed, pipe.vqvae)
+    held = code_dataset(work, "heldout", args.heldout_per_class, args.seed, pipe.vqvae)
     print(f"train sequences {len(train['codes'])}, held-out {len(held['codes'])}", flush=True)
 
     torch.manual_seed(args.seed)
@@ -129,7 +109,7 @@ def main():
     t0 = time.time()
     for step in range(start, args.steps):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr)
+            group["lr"] = warmup_cosine_lr(step, args.steps, args.lr)
         idx = torch.randint(0, len(train["codes"]), (args.batch_size,), generator=gen)
         labels = train["labels"][idx].clone()
         labels[torch.rand(args.batch_size, generator=gen) < args.null_class_prob] = model.null_class

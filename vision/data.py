@@ -79,3 +79,23 @@ def make_crops(split: str, per_class: int, seed: int = 0) -> CropSet:
             images.append((crop.clamp(0, 1) * 255).round().to(torch.uint8))
             labels.append(label)
     return CropSet(torch.stack(images), torch.tensor(labels))
+
+
+def code_dataset(work_dir, split: str, per_class: int, seed: int, vq) -> dict:
+    """{"codes": [N, h*w] long, "labels": [N]}: the VQ codes of `make_crops(split, per_class, seed)`, cached in
+    work_dir (training the heads of decoding plugins on the bundled model)."""
+    from pathlib import Path
+
+    from .tokenizer import encode_codes
+
+    path = Path(work_dir) / f"codes_{split}_{per_class}_{seed}.pt"
+    if path.exists():
+        return torch.load(path, weights_only=False)  # our own cache file
+    crops = make_crops(split, per_class, seed)
+    images = crops.float_images()
+    with torch.no_grad():
+        codes = torch.cat([encode_codes(vq, images[i:i + 250]) for i in range(0, len(images), 250)])
+    out = {"codes": codes.flatten(1), "labels": crops.labels}
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    torch.save(out, path)
+    return out

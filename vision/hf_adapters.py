@@ -153,6 +153,9 @@ class JanusImageAdapter(_HFImageAdapter):
         logits = self.model.model.generation_head(hidden)
         return ModelOutput(logits=logits.float(), hidden=hidden if output_hidden else None)
 
+    def output_logits(self, hidden):
+        return self.model.model.generation_head(hidden).float()
+
 
 class _InVocabImageAdapter(_HFImageAdapter):
     """Emu3 / Chameleon: image codes are tokens of the language model's own vocabulary.
@@ -200,6 +203,9 @@ class _InVocabImageAdapter(_HFImageAdapter):
             return block.index_select(-1, perm)
         return F.linear(hidden, weight.index_select(0, self.code_ids),
                         None if bias is None else bias.index_select(0, self.code_ids))
+
+    def output_logits(self, hidden):
+        return self.code_logits(hidden).float()
 
 
 class ChameleonImageAdapter(_InVocabImageAdapter):

@@ -203,6 +203,9 @@ class LlamaGenAdapter(ARModel):
     def token_embeddings(self) -> torch.Tensor:
         return self.model.tok_embeddings.weight
 
+    def output_logits(self, hidden):
+        return self.model.output(hidden).float()
+
     def new_state(self, batch_size: int) -> DecodeState:
         caches = [[None, None] for _ in self.model.layers]
         return DecodeState(cache=caches, slots=SlotTable.empty(batch_size, self.device))

@@ -40,7 +40,7 @@ from mmspec.common.model import ARModel, CFGModel
 from mmspec.common.stats import DecodeStats
 
 from .llamagen import LlamaGenAdapter, LlamaGenModel
-from .tokenizer import decode_codes
+from .tokenizer import codebook, decode_codes
 
 OUTPUT_TYPES = ("pil", "np", "pt")
 # transformers model class -> model kind, for the text-to-image models the pipeline drives.
@@ -192,6 +192,12 @@ class ARImagePipeline(DiffusionPipeline):
             raise ValueError(f"{type(self.transformer).__name__} generates {side}x{side} images only: height and "
                              f"width must be None or {side}, got {height!r} x {width!r}")
         return self.grid_size, self.grid_size
+
+    def codebook(self) -> torch.Tensor:
+        """[N, D] the VQ codebook: the latent vector of every image code (methods that compare codes by latent)."""
+        if self.model_kind in ("janus", "emu3"):
+            return self.transformer.model.vqmodel.quantize.embedding.weight.detach()
+        return codebook(self.vqvae)
 
     def target_adapter(self, grid_width: int | None = None) -> ARModel:
         """The ARModel the decoding plugins verify with; its vocabulary is the image codebook.

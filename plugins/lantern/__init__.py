@@ -1,0 +1,248 @@
+"""`eagle`, `lantern`, `lantern++`: an EAGLE drafter with strict or latent-relaxed acceptance.
+
+LANTERN (ICLR 2025, arXiv:2410.03355) and LANTERN++ (arXiv:2502.06352). Image tokens whose VQ
+latents are close are interchangeable, so a draft x is tested against a relaxed target p^x: the target
+probability of x's nearest latent neighbours n_1, n_2, … (nearest first, among its k nearest) is moved onto
+x as long as the pooled mass c_J = p(n_1) + … + p(n_J) stays within the bound:
+
+- `lantern`: c_J ≤ δ, so TV(p^x, p) = c_J ≤ δ;
+- `lantern++`: c_J ≤ (λ − 1)·p(x), so p^x(x) ≤ λ·p(x) (no large boost for a token the target doubts).
+
+A chain draft x with draft probability q(x) is kept with probability min(1, p^x(x)/q(x)); at the first
+rejection the extra token is drawn from norm(max(p^x − q, 0)), the residual of the same relaxed target, so
+the token emitted at that step follows p^x exactly when q is one-hot. That residual zeroes only the J
+neighbours whose mass was moved onto x; the public code zeroes x's k + 1 nearest neighbours whenever any
+was used, removing mass that was never pooled and pushing the output further from p than δ (the quirk the
+spec notes; not kept). Static trees (LANTERN++'s drafting, and `eagle`'s option) try the children of a node
+in rank order against the relaxed residual (`tree_accept` with a relaxation). Greedy decoding keeps x when
+p^x(x) reaches the target's maximum. δ = 0 (or λ = 1) is `eagle` exactly.
+
+`eagle` is the strict, lossless baseline: the same drafter with speculative sampling (chains) or
+multi-candidate rejection (trees); greedy output identical to plain AR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from mmspec.common.accept import Acceptance, AcceptRule, GreedyMatch, SpeculativeSampling, tree_accept
+from mmspec.common.decoder import SpeculativeDecoder
+from mmspec.common.kernels import sample_inverse_cdf
+from mmspec.common.logits import draw_uniform
+from mmspec.common.plugin import Plugin
+from mmspec.common.registry import field_range, register_plugin
+from mmspec.plugins.speculative import parse_branching
+
+from .drafter import BUNDLED_EAGLE_HEAD, BoundHead, EagleDrafter, EagleHead, load_bundled_head
+from .kernels import codebook_neighbours, pooled_probability
+
+__all__ = ["RelaxedAcceptance", "EagleHead", "EagleDrafter", "BoundHead", "codebook_neighbours",
+           "pooled_probability", "load_bundled_head", "BUNDLED_EAGLE_HEAD"]
+
+
+class RelaxedAcceptance(AcceptRule):
+    """LANTERN (give `delta`) or LANTERN++ (give `lam`) acceptance, for chain and static-tree drafts.
+
+    neighbours: [V, k] from `codebook_neighbours`. greedy: temperature-0 decoding. record: keep, for every
+    tested draft, what the test used (`self.records`: dicts of tokens, target rows, relaxed probability, J,
+    accepted), for tests that check the bound.
+    """
+
+    lossless = False
+    needs_draft_probs = True
+
+    def __init__(self, neighbours: torch.Tensor, *, delta: float | None = None, lam: float | None = None,
+                 greedy: bool = False, record: bool = False):
+        if (delta is None) == (lam is None):
+            raise ValueError("give exactly one of delta (LANTERN) and lam (LANTERN++)")
+        if delta is not None and (isinstance(delta, bool) or not isinstance(delta, (int, float))
+                                  or not 0 <= delta <= 1):
+            raise ValueError(f"delta must be a number in [0, 1], got {delta!r}")
+        if lam is not None and (isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam >= 1):
+            raise ValueError(f"lam (lambda) must be a number >= 1, got {lam!r}")
+        if neighbours.dim() != 2 or neighbours.shape[1] < 1:
+            raise ValueError(f"neighbours must be [V, k] with k >= 1, got {tuple(neighbours.shape)}")
+        self.name = "lantern" if delta is not None else "lantern++"
+        self.neighbours = neighbours.long()
+        self.delta, self.lam, self.greedy = delta, lam, greedy
+        self.records: list[dict] | None = [] if record else None
+
+    def _pool(self, tokens: torch.Tensor, probs: torch.Tensor):
+        """Relaxed probabilities [N] and the merged neighbours [N, k] (-1 past J) of draft tokens under probs."""
+        neighbours = self.neighbours.to(probs.device)
+        pooled, count = pooled_probability(tokens, neighbours, probs, delta=self.delta, lam=self.lam)
+        used = torch.arange(neighbours.shape[1], device=probs.device)[None] < count[:, None]
+        merged = torch.where(used, neighbours[tokens], -1)
+        return pooled, count, merged
+
+    def _check_vocab(self, vocab: int) -> None:
+        if self.neighbours.shape[0] != vocab:
+            raise ValueError(f"the neighbour table covers {self.neighbours.shape[0]} codes, the target has {vocab}")
+
+    def __call__(self, draft, target_probs, generator=None) -> Acceptance:
+        self._check_vocab(target_probs.shape[-1])
+        if draft.tree is not None:
+            return self._tree(draft, target_probs, generator)
+        batch, k = draft.tokens.shape
+        vocab, device = target_probs.shape[-1], target_probs.device
+        rows = torch.arange(batch, device=device)
+        p = target_probs[:, :k].reshape(batch * k, vocab)
+        x = draft.tokens.reshape(-1)
+        pooled, count, merged = self._pool(x, p)
+        p_x = p.gather(1, x[:, None]).squeeze(1)
+        uniforms = None if self.greedy else draw_uniform(generator, batch, k + 1, device)
+        if self.greedy:
+            accept = (pooled >= p.amax(-1)) & (p_x > 0)
+        else:
+            q_x = (torch.ones_like(p_x) if draft.probs is None
+                   else draft.probs.reshape(batch * k, vocab).gather(1, x[:, None]).squeeze(1))
+            # A token the processed target forbids (p(x) = 0, e.g. outside top-k) is never accepted.
+            accept = (uniforms[:, :k].reshape(-1) * q_x <= pooled) & (p_x > 0)
+        accept = accept.view(batch, k)
+        num = accept.long().cumprod(1).sum(1)
+        if self.records is not None:
+            tested = (torch.arange(k, device=device)[None] <= num[:, None]).reshape(-1)
+            self.records.append({"tokens": x[tested], "target": p[tested], "pooled": pooled[tested],
+                                 "count": count[tested], "accepted": accept.reshape(-1)[tested]})
+
+        rejected = num < k
+        p_n = target_probs[rows, num]  # the bonus distribution where every draft was kept
+        if self.greedy:
+            extra = p_n.argmax(-1)
+        else:
+            at = rows * k + num.clamp(max=k - 1)
+            x_n = x[at]
+            relaxed = p_n.clone()
+            drop = merged[at] >= 0
+            relaxed[rows[:, None].expand_as(drop)[drop], merged[at][drop]] = 0.0
+            relaxed[rows, x_n] = pooled[at]
+            q_n = (torch.nn.functional.one_hot(x_n, vocab).to(relaxed.dtype) if draft.probs is None
+                   else draft.probs[rows, num.clamp(max=k - 1)].to(relaxed.dtype))
+            residual = (relaxed - q_n).clamp_min(0)
+            # p^x = q exactly leaves no residual; the relaxed target itself is then the right law.
+            use_residual = residual.sum(-1) > 0
+            weights = torch.where(rejected[:, None], torch.where(use_residual[:, None], residual, relaxed), p_n)
+            extra = sample_inverse_cdf(weights, uniforms[:, k])
+        slots = torch.arange(k + 1, device=device)
+        padded = torch.cat([draft.tokens, draft.tokens.new_full((batch, 1), -1)], 1)
+        tokens = torch.where(slots < num[:, None], padded, -1).scatter(1, num[:, None], extra[:, None])
+        return Acceptance(num, tokens)
+
+    def _tree(self, draft, target_probs, generator) -> Acceptance:
+        def relax(probs, tokens):
+            pooled, count, merged = self._pool(tokens, probs)
+            if self.records is not None:
+                self.records.append({"tokens": tokens, "target": probs, "pooled": pooled, "count": count,
+                                     "accepted": None})
+            return pooled, merged
+
+        batch, n = draft.tokens.shape
+        uniforms = None if self.greedy else draw_uniform(generator, batch, n + 2, target_probs.device)
+        return tree_accept(draft, target_probs, uniforms, greedy=self.greedy, relax=relax)
+
+
+@dataclass
+class EagleConfig:
+    num_draft_tokens: int = field_range(1, 64, default=4, doc="draft length K of a chain")
+    tree_branching: str = ""  # e.g. "4,2,1,1": a static tree of the head's top-ranked tokens ("" = chain)
+    head_path: str = ""  # a folder saved by EagleHead.save_pretrained ("" = the bundled head)
+
+
+@dataclass
+class LanternConfig(EagleConfig):
+    k: int = field_range(1, None, default=32, doc="latent neighbours considered per draft token")
+    delta: float = field_range(0.0, 1.0, default=0.1, doc="total-variation bound of the relaxed target")
+
+
+@dataclass
+class LanternPPConfig(EagleConfig):
+    tree_branching: str = "4,2,1,1"
+    k: int = field_range(1, None, default=10, doc="latent neighbours considered per draft token")
+    lam: float = field_range(1.0, None, default=5.0, doc="cap of the relaxed probability, p~(x) <= lam * p(x)")
+
+
+class _EaglePlugin(Plugin):
+    modality = "vision"
+    bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
+
+    def __init__(self, **config):
+        super().__init__(**config)
+        self.tree = parse_branching(self.config.tree_branching)
+        self._head: EagleHead | None = None
+        self._neighbours: dict[int, torch.Tensor] = {}
+
+    def head(self, target) -> EagleHead:
+        if self._head is None:
+            path = Path(self.config.head_path) if self.config.head_path else BUNDLED_EAGLE_HEAD
+            if not path.exists():
+                raise ValueError(f"{type(self.config).__name__}.head_path {str(path)!r} does not exist")
+            self._head = EagleHead.from_pretrained(path).eval()
+        return self._head.to(target.device)
+
+    def _rule(self, pipeline, target, logits) -> AcceptRule:
+        return GreedyMatch() if logits.greedy else SpeculativeSampling()
+
+    def neighbours(self, pipeline, target) -> torch.Tensor:
+        k = self.config.k
+        if k not in self._neighbours:
+            codes = pipeline.codebook()
+            if codes.shape[0] != target.vocab_size:
+                raise ValueError(f"the codebook has {codes.shape[0]} codes, the target's vocabulary "
+                                 f"{target.vocab_size}")
+            if k > codes.shape[0] - 1:
+                raise ValueError(f"{type(self.config).__name__}.k must be at most the codebook size - 1 "
+                                 f"({codes.shape[0] - 1}), got {k}")
+            self._neighbours[k] = codebook_neighbours(codes, k).to(target.device)
+        return self._neighbours[k]
+
+    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
+        rule = self._rule(pipeline, target, logits)
+        drafter = EagleDrafter(self.head(target), target, tree=self.tree)
+        return SpeculativeDecoder(target, drafter, rule, logits,
+                                  num_draft_tokens=self.config.num_draft_tokens if self.tree is None else 0,
+                                  eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+
+
+def _sweep(*settings: dict) -> tuple:
+    """Bench rows with other settings, at batch 4 on 40 images (CPU time); the default rows give batch-1
+    latency and the 100-image quality."""
+    return tuple({"batch_size": 4, "num_samples": 40, "settings": s} for s in settings)
+
+
+@register_plugin("eagle")
+class EaglePlugin(_EaglePlugin):
+    lossless = True
+    paper = "Li et al. 2024, EAGLE (arXiv:2401.15077), the drafter of LANTERN (arXiv:2410.03355)"
+    Config = EagleConfig
+    bench_variants = _sweep({"tree_branching": "4,2,1,1"}, {"temperature": 0.0})
+
+
+@register_plugin("lantern")
+class LanternPlugin(_EaglePlugin):
+    lossless = False
+    paper = "LANTERN, relaxed speculative decoding for image AR models (ICLR 2025, arXiv:2410.03355)"
+    Config = LanternConfig
+    bench_variants = _sweep(*({"k": k, "delta": d} for k, d in ((8, 0.1), (128, 0.1), (32, 0.2), (32, 0.4))))
+
+    def _rule(self, pipeline, target, logits):
+        return RelaxedAcceptance(self.neighbours(pipeline, target), delta=self.config.delta, greedy=logits.greedy)
+
+
+@register_plugin("lantern++")
+class LanternPPPlugin(_EaglePlugin):
+    lossless = False
+    paper = "LANTERN++, static-tree drafting with a multiplicative relaxation (arXiv:2502.06352)"
+    Config = LanternPPConfig
+    bench_variants = _sweep(*({"k": k, "lam": lam} for k, lam in ((5, 10.0), (32, 5.0))))
+
+    def __init__(self, **config):
+        super().__init__(**config)
+        if self.tree is None:
+            raise ValueError("LanternPPConfig.tree_branching must describe a static tree, e.g. '4,2,1,1' "
+                             "(LANTERN++ is static-tree drafting)")
+
+    def _rule(self, pipeline, target, logits):
+        return RelaxedAcceptance(self.neighbours(pipeline, target), lam=self.config.lam, greedy=logits.greedy)

@@ -1,0 +1,295 @@
+"""The EAGLE drafter (Li et al., arXiv:2401.15077) as LANTERN uses it: one decoder layer on the target's features.
+
+The target's last hidden state f_i at position i is the state its output layer turns into the distribution
+of token i+1. The head reads, at its own position i, the pair (embedding of token i+1, f_i), fused by
+`fc(2H→H)`, runs one transformer layer over all earlier pairs and predicts f_{i+1}; the *target's* output
+layer turns that prediction into the draft distribution of token i+2. Drafting is autoregressive in feature
+space: the predicted feature and the drafted token form the next pair. The target's embedding and output
+layer are frozen and not part of the checkpoint; a head is bound to a target adapter through
+`ARModel.token_embeddings()` and `ARModel.output_logits()`.
+
+With classifier-free guidance the head runs on the conditional and the unconditional features (2B rows,
+the same tokens) and its logits are combined as the target's, u + s·(c − u), before the logits pipeline.
+
+Prompt tokens are not fed to the head: its context starts at the first position the target verified with
+drafts (the last prompt token). For class-conditional image models (one prompt token) that is everything;
+for long text prompts the target's features still carry the prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from diffusers import ConfigMixin, ModelMixin
+from diffusers.configuration_utils import register_to_config
+
+from mmspec.common.accept import Acceptance, Draft
+from mmspec.common.draft import Drafter, StepContext
+from mmspec.common.kernels import sample_inverse_cdf
+from mmspec.common.logits import draw_uniform
+from mmspec.common.model import ARModel, CFGModel, DecodeState
+from mmspec.common.slots import SlotTable, additive_mask
+from mmspec.common.tree import TreeSpec
+from mmspec.vision.llamagen import TransformerBlock, find_multiple
+
+BUNDLED_EAGLE_HEAD = Path(__file__).resolve().parents[2] / "vision" / "bundled" / "eagle_head"
+
+
+def rope_1d(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [B, L, head_dim/2] of plain 1-D rotary embeddings at integer positions [B, L]."""
+    half = head_dim // 2
+    freqs = base ** (-torch.arange(half, dtype=torch.float64, device=positions.device) / half)
+    angles = positions.double()[..., None] * freqs
+    return angles.cos().float(), angles.sin().float()
+
+
+class EagleHead(ModelMixin, ConfigMixin):
+    """fc(2H→H) + one LlamaGen-style transformer layer (RMSNorm, SwiGLU, 1-D RoPE over absolute positions)."""
+
+    @register_to_config
+    def __init__(self, hidden_size: int = 256, num_heads: int = 4, vocab_size: int = 512,
+                 rope_base: float = 10000.0, norm_eps: float = 1e-5):
+        super().__init__()
+        if hidden_size % num_heads or (hidden_size // num_heads) % 2:
+            raise ValueError(f"hidden_size / num_heads must be an even integer, got {hidden_size}/{num_heads}")
+        self.fc = nn.Linear(2 * hidden_size, hidden_size, bias=True)
+        self.layer = TransformerBlock(hidden_size, num_heads, num_heads, find_multiple(int(8 * hidden_size / 3), 64),
+                                      norm_eps)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=0.02)
+        nn.init.zeros_(self.fc.bias)
+
+    @classmethod
+    def for_target(cls, target: ARModel, num_heads: int | None = None) -> "EagleHead":
+        """An untrained head sized for an adapter (any that exposes its token embeddings)."""
+        hidden = target.token_embeddings().shape[1]
+        heads = num_heads or next(h for h in (8, 4, 2, 1) if hidden % h == 0 and (hidden // h) % 2 == 0)
+        return cls(hidden_size=hidden, num_heads=heads, vocab_size=target.vocab_size)
+
+    def forward(self, features: torch.Tensor, token_embeds: torch.Tensor, positions: torch.Tensor,
+                mask: torch.Tensor | None = None, cache: list | None = None) -> torch.Tensor:
+        """features, token_embeds [B, L, H]; positions [B, L]; mask additive [B, 1, L, S+L] (None: causal).
+        Returns the predicted next features [B, L, H]."""
+        dtype = self.fc.weight.dtype
+        x = self.fc(torch.cat([token_embeds.to(dtype), features.to(dtype)], -1))
+        cos, sin = rope_1d(positions, self.config.hidden_size // self.config.num_heads, self.config.rope_base)
+        return self.layer(x, cos, sin, mask, cache)
+
+
+class BoundHead:
+    """An EagleHead bound to a target adapter: its frozen embeddings and output layer, plus a KV cache per
+    row with the core's slot bookkeeping (ragged rows, rollback, tree blocks)."""
+
+    def __init__(self, head: EagleHead, target: ARModel):
+        base = target.base if isinstance(target, CFGModel) else target
+        if head.config.vocab_size != target.vocab_size:
+            raise ValueError(f"the EAGLE head's vocabulary ({head.config.vocab_size}) does not match the "
+                             f"target's ({target.vocab_size})")
+        with torch.no_grad():
+            embeddings = target.token_embeddings().detach()
+        if embeddings.shape[1] != head.config.hidden_size:
+            raise ValueError(f"the EAGLE head's hidden size ({head.config.hidden_size}) does not match the "
+                             f"target's ({embeddings.shape[1]})")
+        self.head, self.target = head, base
+        # Row vocab_size is all zeros: prompt tokens (ids >= vocab_size) carry no code embedding.
+        self.embeddings = torch.cat([embeddings, embeddings.new_zeros(1, embeddings.shape[1])])
+        self.vocab_size = target.vocab_size
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embeddings.to(tokens.device)[tokens.clamp(min=0, max=self.vocab_size)]
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        return self.target.output_logits(features.to(self.embeddings.dtype))
+
+    def new_state(self, rows: int, device) -> DecodeState:
+        return DecodeState(cache=[None, None], slots=SlotTable.empty(rows, device))
+
+    def run(self, state: DecodeState, tokens, features, positions, *, token_mask=None, tree: TreeSpec | None = None,
+            tree_nodes=None, query_only=None) -> torch.Tensor:
+        mask = state.slots.attention_mask(positions, token_mask, tree_nodes, tree, query_only)
+        out = self.head(features, self.embed(tokens), positions,
+                        additive_mask(mask, self.head.fc.weight.dtype), state.cache)
+        state.slots.append(positions, token_mask, tree_nodes, tree, query_only)
+        return out
+
+    def crop(self, state: DecodeState, lengths: torch.Tensor) -> None:
+        state.slots.crop(lengths)
+        self._tidy(state)
+
+    def drop_tree(self, state: DecodeState) -> None:
+        if state.slots.tree is not None:
+            state.slots.keep(torch.full((state.slots.batch_size, 1), -1, dtype=torch.long,
+                                        device=state.slots.positions.device))
+
+    def select_rows(self, state: DecodeState, rows: torch.Tensor) -> None:
+        state.slots.select_rows(rows)
+        if state.cache[0] is not None:
+            state.cache[0], state.cache[1] = state.cache[0][rows], state.cache[1][rows]
+        self._tidy(state)
+
+    def _tidy(self, state: DecodeState) -> None:
+        """Same policy as ARModel: drop dead trailing slots, compact when the cache has grown."""
+        kv = state.cache
+        drop = state.slots.trailing_dead()
+        if drop:
+            state.slots.drop_trailing(drop)
+            if kv[0] is not None:
+                kv[0], kv[1] = kv[0][:, :, : kv[0].shape[2] - drop], kv[1][:, :, : kv[1].shape[2] - drop]
+        order = state.slots.compaction_index(64)
+        if order is not None and kv[0] is not None:
+            idx = order[:, None, :, None].expand(-1, kv[0].shape[1], -1, kv[0].shape[3])
+            kv[0], kv[1] = kv[0].gather(2, idx), kv[1].gather(2, idx)
+
+
+@dataclass
+class _Verified:
+    """Target features of the last verify pass along the accepted path, not yet fed to the head."""
+    features: torch.Tensor  # [R, n, H]; R = B (or 2B with CFG: cond rows then uncond rows), right-aligned
+    tokens: torch.Tensor  # [B, n] the token that follows each feature's position
+    positions: torch.Tensor  # [B, n] head position of each pair; -1 marks left padding
+
+
+class EagleDrafter(Drafter):
+    """Chain or static-tree drafts from an EagleHead, for the target it is bound to.
+
+    Chains are sampled from the head's processed distribution (greedy: its argmax) and come with those
+    distributions for speculative sampling. Tree children are the head's top-ranked tokens at their parent
+    (deterministic proposals, verified by multi-candidate rejection).
+    """
+
+    needs_hidden = True
+
+    def __init__(self, head: EagleHead, target: ARModel, tree: TreeSpec | None = None):
+        self.bound = BoundHead(head, target)
+        self.tree = tree
+        self.guidance_scale = target.guidance_scale if isinstance(target, CFGModel) else None
+        self.vocab_size = target.vocab_size
+        self.state: DecodeState | None = None
+        self.verified: _Verified | None = None
+
+    # -- helpers ---------------------------------------------------------
+    @property
+    def _halves(self) -> int:
+        return 1 if self.guidance_scale is None else 2
+
+    def _rows(self, t: torch.Tensor) -> torch.Tensor:
+        """Repeat a [B, ...] tensor for the head's rows (cond and uncond under CFG)."""
+        return t if self._halves == 1 else torch.cat([t, t], 0)
+
+    def _draft_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """[R, L, H] head features -> [B, L, V] logits, CFG-combined."""
+        logits = self.bound.logits(features)
+        if self._halves == 1:
+            return logits
+        cond, uncond = logits.chunk(2, 0)
+        return uncond + self.guidance_scale * (cond - uncond)
+
+    def _feed_verified(self, ctx: StepContext) -> torch.Tensor:
+        """Feed what the target verified since the last draft; returns the root feature [R, 1, H], the head's
+        prediction of the target feature at ctx.positions (whose output layer gives token positions+1)."""
+        b = ctx.last_tokens.shape[0]
+        if self.verified is None:
+            # First step: no target feature yet. Bootstrap from a zero feature at the position before the
+            # newest token, fed query-only so it never enters the head's context.
+            hidden = self.bound.head.config.hidden_size
+            zeros = torch.zeros(self._halves * b, 1, hidden, device=ctx.last_tokens.device)
+            pos = (ctx.positions - 1).clamp(min=0)[:, None]
+            return self.bound.run(self.state, self._rows(ctx.last_tokens[:, None]), zeros, self._rows(pos),
+                                  query_only=torch.ones(self._halves * b, 1, dtype=torch.bool,
+                                                        device=zeros.device))
+        v = self.verified
+        valid = v.positions >= 0
+        out = self.bound.run(self.state, self._rows(v.tokens), v.features, self._rows(v.positions.clamp(min=0)),
+                             token_mask=self._rows(valid))
+        return out[:, -1:]
+
+    # -- the Drafter protocol ----------------------------------------------
+    def begin(self, input_ids, attention_mask):
+        self.state, self.verified = None, None
+
+    @torch.no_grad()
+    def propose(self, ctx: StepContext) -> Draft:
+        b, device = ctx.last_tokens.shape[0], ctx.last_tokens.device
+        if self.state is None:
+            self.state = self.bound.new_state(self._halves * b, device)
+        root = self._feed_verified(ctx)
+        if self.tree is not None:
+            return self._propose_tree(ctx, root)
+        k = ctx.num_draft_tokens
+        uniforms = None if ctx.logits.greedy else draw_uniform(ctx.generator, b, k, device)
+        feature, tokens, probs = root, [], []
+        for i in range(k):
+            q = ctx.logits.probs(self._draft_logits(feature)[:, 0])
+            tok = q.argmax(-1) if ctx.logits.greedy else sample_inverse_cdf(q, uniforms[:, i])
+            tokens.append(tok)
+            probs.append(q)
+            if i + 1 < k:
+                pos = (ctx.positions + i)[:, None]
+                feature = self.bound.run(self.state, self._rows(tok[:, None]), feature, self._rows(pos))
+        return Draft(tokens=torch.stack(tokens, 1), probs=None if ctx.logits.greedy else torch.stack(probs, 1),
+                     forwards=k)
+
+    def _propose_tree(self, ctx: StepContext, root: torch.Tensor) -> Draft:
+        tree, b = self.tree, ctx.last_tokens.shape[0]
+        node_tokens = torch.full((b, tree.num_nodes + 1), -1, dtype=torch.long, device=ctx.last_tokens.device)
+        node_tokens[:, 0] = ctx.last_tokens
+        features = {0: root[:, 0]}
+        ranked = {0: ctx.logits.process(self._draft_logits(root)[:, 0]).argsort(-1, descending=True)}
+        forwards = 1
+        for d in range(1, tree.max_depth + 1):
+            level = tree.nodes_at_depth(d)
+            for node in level:
+                node_tokens[:, node] = ranked[int(tree.parent[node])][:, int(tree.rank[node])]
+            if d == tree.max_depth:
+                break
+            parents = torch.stack([features[int(tree.parent[n])] for n in level], 1)
+            pos = (ctx.positions[:, None] + d - 1).expand(-1, len(level))
+            out = self.bound.run(self.state, self._rows(node_tokens[:, level]), parents, self._rows(pos),
+                                 tree=tree, tree_nodes=torch.tensor(level))
+            forwards += 1
+            order = ctx.logits.process(self._draft_logits(out)).argsort(-1, descending=True)
+            for j, node in enumerate(level):
+                features[node], ranked[node] = out[:, j], order[:, j]
+        return Draft(tokens=node_tokens[:, 1:], probs=None, tree=tree, forwards=forwards)
+
+    def commit(self, ctx: StepContext, acceptance: Acceptance, target_probs=None, output=None):
+        if output is None or output.hidden is None:
+            raise ValueError("EagleDrafter needs the verify pass's hidden states")
+        # Everything the head fed at or after the newest verified position was speculative.
+        self.bound.drop_tree(self.state)
+        self.bound.crop(self.state, self._rows(ctx.positions))
+        num = acceptance.num_accepted
+        b = num.shape[0]
+        n = int(num.max()) + 1
+        device = num.device
+        if acceptance.path_nodes is not None:
+            nodes = acceptance.path_nodes[:, :n]
+        else:
+            nodes = torch.arange(n, device=device).expand(b, n)
+        # Right-align each row's kept pairs so the last column is every row's newest feature.
+        shift = (n - 1 - num)[:, None]
+        src = (torch.arange(n, device=device)[None] - shift)
+        valid = src >= 0
+        src = src.clamp(min=0)
+        node_idx = nodes.gather(1, src).clamp(min=0)
+        halves = [output.hidden] + ([output.uncond_hidden] if self._halves == 2 else [])
+        feats = torch.cat([h.gather(1, node_idx[..., None].to(h.device).expand(-1, -1, h.shape[-1]))
+                           for h in halves], 0)
+        tokens = acceptance.tokens[:, :n].gather(1, src)
+        positions = torch.where(valid, ctx.positions[:, None] + src, -1)
+        self.verified = _Verified(feats.float(), tokens, positions)
+
+    def select_rows(self, rows):
+        batch = self.verified.tokens.shape[0]
+        both = rows if self._halves == 1 else torch.cat([rows, rows + batch])
+        self.bound.select_rows(self.state, both)
+        v = self.verified
+        self.verified = _Verified(v.features[both], v.tokens[rows], v.positions[rows])
+
+
+def load_bundled_head(device="cpu") -> EagleHead:
+    return EagleHead.from_pretrained(BUNDLED_EAGLE_HEAD).to(device).eval()

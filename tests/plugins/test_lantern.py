@@ -1,0 +1,437 @@
+"""`eagle`, `lantern`, `lantern++`: the pooling kernel, the relaxed law and its bound, δ = 0 / λ = 1 equal to
+strict speculative decoding, greedy identity with AR, the output law of `eagle`, ragged batches, the HF
+adapters, the bundled head, bad inputs."""
+
+import itertools
+
+import pytest
+import torch
+from law import ResidualFromTarget, gof_pvalue, sequence_codes
+from tiny_models import (
+    build_tiny_chameleon, build_tiny_emu3, build_tiny_janus, tiny_llama, tiny_text_tokenizer,
+)
+
+from mmspec.common.accept import Draft, GreedyMatch, SpeculativeSampling
+from mmspec.common.decoder import SpeculativeDecoder
+from mmspec.common.logits import LogitsPipeline
+from mmspec.common.model import HFCausalLM
+from mmspec.common.registry import get_plugin_class
+from mmspec.common.tree import TreeSpec
+from mmspec.plugins.lantern import (
+    BoundHead, EagleDrafter, EagleHead, RelaxedAcceptance, codebook_neighbours, pooled_probability,
+)
+from mmspec.plugins.lantern.kernels import pooled_probability_reference
+from mmspec.plugins.lantern.training import distill_losses, teacher_pass
+from mmspec.vision.pipeline import ARImagePipeline
+
+
+def random_probs(n, vocab, seed, sharp=3.0):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.rand(n, vocab, generator=g) ** sharp
+    return p / p.sum(1, keepdim=True)
+
+
+def relaxed_target(p, x, neighbours, count, pooled):
+    """p^x built from scratch: the first `count` neighbours' mass moved onto x."""
+    out = p.clone()
+    out[neighbours[x, :count]] = 0.0
+    out[x] = pooled
+    return out
+
+
+# --------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------
+
+def test_pooled_probability_by_hand():
+    p = torch.tensor([[0.30, 0.05, 0.20, 0.10, 0.35]])
+    neighbours = torch.tensor([[1, 3, 2, 4]] * 5)  # code 0's nearest: 1, then 3, then 2, then 4
+    x = torch.tensor([0])
+    pooled, count = pooled_probability_reference(x, neighbours, p, 0.16, None)  # 0.05 + 0.10 = 0.15 <= 0.16
+    assert count.item() == 2 and pooled.item() == pytest.approx(0.45)
+    pooled, count = pooled_probability_reference(x, neighbours, p, None, 1.5)  # cap (1.5 - 1) * 0.30 = 0.15
+    assert count.item() == 2 and pooled.item() == pytest.approx(0.45)
+    pooled, count = pooled_probability_reference(x, neighbours, p, 0.0, None)
+    assert count.item() == 0 and pooled.item() == pytest.approx(0.30)
+
+
+@pytest.mark.parametrize("mode", ["delta", "lam"])
+def test_pooled_probability_triton_matches_reference(monkeypatch, mode):
+    monkeypatch.setenv("MMSPEC_KERNELS", "triton")
+    vocab, k, n = 40, 7, 33
+    codebook = torch.randn(vocab, 4, generator=torch.Generator().manual_seed(0))
+    neighbours = codebook_neighbours(codebook, k)
+    probs = random_probs(n, vocab, 1)
+    tokens = torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(2))
+    kwargs = {"delta": 0.12} if mode == "delta" else {"lam": 3.0}
+    pooled, count = pooled_probability(tokens, neighbours, probs, **kwargs)
+    ref_pooled, ref_count = pooled_probability_reference(tokens, neighbours, probs, kwargs.get("delta"),
+                                                         kwargs.get("lam"))
+    assert torch.equal(count, ref_count)
+    assert torch.allclose(pooled, ref_pooled, atol=1e-6)
+    assert (count > 0).any() and (count < k).any()  # the bound binds somewhere and lets mass in elsewhere
+
+
+def test_codebook_neighbours_nearest_first_ties_by_id():
+    codebook = torch.tensor([[0.0], [1.0], [-1.0], [3.0], [0.5]])
+    table = codebook_neighbours(codebook, 4)
+    assert table[0].tolist() == [4, 1, 2, 3]  # 0.5, then 1 and -1 tie (id order), then 3
+    assert table[3].tolist() == [1, 4, 0, 2]
+    for bad in (0, 5, 2.0):
+        with pytest.raises(ValueError, match="k must be"):
+            codebook_neighbours(codebook, bad)
+
+
+# --------------------------------------------------------------------------
+# The rule
+# --------------------------------------------------------------------------
+
+def chain_case(batch=64, k=4, vocab=30, seed=0, deterministic=False):
+    g = torch.Generator().manual_seed(seed)
+    target = random_probs(batch * (k + 1), vocab, seed).view(batch, k + 1, vocab)
+    draft_probs = random_probs(batch * k, vocab, seed + 1).view(batch, k, vocab)
+    tokens = torch.multinomial(draft_probs.view(-1, vocab), 1, generator=g).view(batch, k)
+    return Draft(tokens=tokens, probs=None if deterministic else draft_probs), target
+
+
+@pytest.mark.parametrize("bound", [{"delta": 0.0}, {"lam": 1.0}])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_no_relaxation_is_speculative_sampling(bound, deterministic, torch_kernels):
+    draft, target = chain_case(deterministic=deterministic)
+    neighbours = codebook_neighbours(torch.randn(30, 3, generator=torch.Generator().manual_seed(5)), 8)
+    strict = SpeculativeSampling()(draft, target, torch.Generator().manual_seed(9))
+    relaxed = RelaxedAcceptance(neighbours, **bound)(draft, target, torch.Generator().manual_seed(9))
+    assert torch.equal(strict.num_accepted, relaxed.num_accepted)
+    assert torch.equal(strict.tokens, relaxed.tokens)
+    assert (strict.num_accepted > 0).any() and (strict.num_accepted < 4).any()
+
+
+def test_acceptance_rises_with_delta(torch_kernels):
+    draft, target = chain_case(batch=2000)
+    neighbours = codebook_neighbours(torch.randn(30, 3, generator=torch.Generator().manual_seed(5)), 16)
+    kept = [RelaxedAcceptance(neighbours, delta=d)(draft, target, torch.Generator().manual_seed(3))
+            .num_accepted.float().mean().item() for d in (0.0, 0.1, 0.3)]
+    assert kept[0] < kept[1] < kept[2]
+
+
+class OverZeroing(RelaxedAcceptance):
+    """Planted bug: the public code's quirk, zeroing all k nearest neighbours of x on a rejection whenever any
+    was pooled, instead of the J it pooled."""
+
+    def _pool(self, tokens, probs):
+        pooled, count, merged = super()._pool(tokens, probs)
+        everything = self.neighbours.to(probs.device)[tokens]
+        return pooled, count, torch.where((count > 0)[:, None], everything, merged)
+
+
+@pytest.mark.parametrize("rule,delta", [(RelaxedAcceptance, 0.15), (RelaxedAcceptance, 0.4), (OverZeroing, 0.15)])
+def test_emitted_token_follows_the_relaxed_target(rule, delta, torch_kernels):
+    """One fixed deterministic draft x against one target row, 60 000 times: the emitted token must follow
+    p^x exactly (accept + relaxed residual), and p^x is within δ of p."""
+    vocab, rows, k = 12, 60_000, 6
+    p = random_probs(1, vocab, 7, sharp=1.0)[0]
+    neighbours = codebook_neighbours(torch.randn(vocab, 2, generator=torch.Generator().manual_seed(1)), k)
+    x = int(p.argsort()[vocab // 2])  # a middling token: some pooling, frequent rejections
+    draft = Draft(tokens=torch.full((rows, 1), x), probs=None)
+    target = p.expand(rows, 2, vocab).contiguous()
+    acc = rule(neighbours, delta=delta)(draft, target, torch.Generator().manual_seed(0))
+    emitted = acc.tokens[:, 0]
+    pooled, count = pooled_probability_reference(torch.tensor([x]), neighbours, p[None], delta, None)
+    law = relaxed_target(p, x, neighbours, int(count), float(pooled))
+    assert 0 < int(count)
+    assert 0.5 * (law - p).abs().sum().item() <= delta + 1e-6
+    counts = torch.bincount(emitted, minlength=vocab)
+    pvalue = gof_pvalue(counts, law)
+    if rule is OverZeroing:
+        assert pvalue < 1e-6
+    else:
+        assert pvalue > 1e-3
+        assert counts[law == 0].sum() == 0  # the merged neighbours are never emitted
+
+
+@pytest.mark.parametrize("bound", [{"delta": 0.2}, {"lam": 4.0}])
+def test_every_tested_draft_respects_the_bound(bound, torch_kernels):
+    """Sampled drafts, a whole chain: for every draft the rule tested, the relaxed target it tested against
+    is within δ of p in total variation (LANTERN), or never more than λ·p(x) at x (LANTERN++)."""
+    draft, target = chain_case(batch=500, k=4)
+    neighbours = codebook_neighbours(torch.randn(30, 3, generator=torch.Generator().manual_seed(5)), 12)
+    rule = RelaxedAcceptance(neighbours, record=True, **bound)
+    rule(draft, target, torch.Generator().manual_seed(1))
+    rec = rule.records[0]
+    assert rec["count"].sum() > 0 and rec["accepted"].any() and (~rec["accepted"]).any()
+    for x, p, pooled, count in zip(rec["tokens"], rec["target"], rec["pooled"], rec["count"]):
+        relaxed = relaxed_target(p, int(x), neighbours, int(count), float(pooled))
+        assert relaxed.sum().item() == pytest.approx(1.0, abs=1e-5)
+        if "delta" in bound:
+            assert 0.5 * (relaxed - p).abs().sum().item() <= bound["delta"] + 1e-6
+        else:
+            assert pooled.item() <= bound["lam"] * p[x].item() + 1e-6
+
+
+def test_tree_tests_respect_the_cap(text_model, torch_kernels):
+    """LANTERN++ on a static tree: every child tested against the (residual) target got p~(x) <= λ·p(x)."""
+    model = text_model
+    rule = RelaxedAcceptance(NEIGHBOURS_48, lam=3.0, record=True)
+    eagle_decoder(model, LogitsPipeline(temperature=1.0), rule=rule, tree=TREE).generate(
+        torch.tensor([[0, 5, 9], [3, 3, 1]]), max_new_tokens=20, generator=torch.Generator().manual_seed(0))
+    pooled = torch.cat([r["pooled"] for r in rule.records])
+    p_x = torch.cat([r["target"].gather(1, r["tokens"][:, None])[:, 0] for r in rule.records])
+    counts = torch.cat([r["count"] for r in rule.records])
+    assert (counts > 0).any()
+    assert (pooled <= 3.0 * p_x + 1e-6).all()
+
+
+def test_greedy_relaxed_keeps_a_draft_whose_pooled_mass_wins():
+    p = torch.tensor([0.30, 0.25, 0.20, 0.15, 0.10])
+    neighbours = torch.tensor([[4], [3], [1], [1], [0]])  # code 1's nearest is 3: 0.25 + 0.15 > 0.30
+    draft = Draft(tokens=torch.tensor([[1]]))
+    target = p.expand(1, 2, 5)
+    assert RelaxedAcceptance(neighbours, delta=0.2, greedy=True)(draft, target).tokens[0, 0].item() == 1
+    assert RelaxedAcceptance(neighbours, delta=0.1, greedy=True)(draft, target).tokens[0].tolist() == [0, -1]
+    assert RelaxedAcceptance(neighbours, lam=1.5, greedy=True)(draft, target).tokens[0].tolist() == [0, -1]
+
+
+def test_bad_rule_arguments():
+    table = torch.zeros(5, 2, dtype=torch.long)
+    for kwargs, match in (({"delta": 1.5}, "delta"), ({"delta": -0.1}, "delta"), ({"lam": 0.5}, "lam"),
+                          ({}, "exactly one"), ({"delta": 0.1, "lam": 2.0}, "exactly one")):
+        with pytest.raises(ValueError, match=match):
+            RelaxedAcceptance(table, **kwargs)
+    rule = RelaxedAcceptance(table, delta=0.1)
+    with pytest.raises(ValueError, match="neighbour table covers 5 codes"):
+        rule(Draft(tokens=torch.zeros(1, 1, dtype=torch.long)), torch.full((1, 2, 6), 1 / 6))
+
+
+# --------------------------------------------------------------------------
+# The drafter and the decode loop (tiny text models: the EAGLE machinery is modality-free)
+# --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def text_model():
+    return tiny_llama(vocab_size=48, layers=2, seed=3)
+
+
+def distilled_head(model, steps=150, seed=0):
+    """A head trained briefly on sequences the model samples itself (the training module's losses), so its
+    drafts are often but not always right: ragged acceptance."""
+    target = HFCausalLM(model)
+    torch.manual_seed(seed)
+    head = EagleHead.for_target(target)
+    bound = BoundHead(head, target)
+    start = torch.randint(0, model.config.vocab_size, (128, 1), generator=torch.Generator().manual_seed(seed))
+    ids = torch.cat([start, SpeculativeDecoder(target, logits=LogitsPipeline(temperature=0.7)).generate(
+        start, max_new_tokens=40, generator=torch.Generator().manual_seed(seed)).sequences], 1)
+    feats, probs = teacher_pass(target, ids)
+    opt = torch.optim.Adam(head.parameters(), lr=3e-3)
+    for _ in range(steps):
+        feat_loss, token_loss, *_ = distill_losses(bound, ids, feats, probs, noise=0.0)
+        opt.zero_grad()
+        (feat_loss + token_loss).backward()
+        opt.step()
+    return head.eval()
+
+
+_HEADS = {}
+
+
+def eagle_decoder(model, logits, rule=None, tree=None, k=3, seed=0, trained=True):
+    target = HFCausalLM(model)
+    if trained:
+        if id(model) not in _HEADS:
+            _HEADS[id(model)] = distilled_head(model)
+        head = _HEADS[id(model)]
+    else:
+        torch.manual_seed(seed)
+        head = EagleHead.for_target(target)
+    rule = rule or (GreedyMatch() if logits.greedy else SpeculativeSampling())
+    return SpeculativeDecoder(target, EagleDrafter(head, target, tree=tree), rule, logits,
+                              num_draft_tokens=0 if tree is not None else k)
+
+
+TREE = TreeSpec.full([3, 2, 1])
+NEIGHBOURS_48 = codebook_neighbours(torch.randn(48, 4, generator=torch.Generator().manual_seed(0)), 10)
+
+
+@pytest.mark.parametrize("tree,rule", [(None, "strict"), (TREE, "strict"), (None, "delta0"), (TREE, "lam1"),
+                                       (None, "delta"), (TREE, "lam")])
+def test_greedy_equals_ar_ragged_batch(text_model, tree, rule, torch_kernels):
+    """Strict rules, and relaxed ones with no relaxation, reproduce AR exactly; a real relaxation may not."""
+    ids = torch.tensor([[0, 5, 9, 3], [0, 0, 7, 1], [4, 4, 4, 4]])
+    mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1]])
+    logits = LogitsPipeline(temperature=0)
+    ar = SpeculativeDecoder(HFCausalLM(text_model), logits=logits).generate(ids, mask, max_new_tokens=40)
+    chosen = {"strict": None, "delta0": RelaxedAcceptance(NEIGHBOURS_48, delta=0.0, greedy=True),
+              "lam1": RelaxedAcceptance(NEIGHBOURS_48, lam=1.0, greedy=True),
+              "delta": RelaxedAcceptance(NEIGHBOURS_48, delta=0.5, greedy=True),
+              "lam": RelaxedAcceptance(NEIGHBOURS_48, lam=50.0, greedy=True)}[rule]
+    out = eagle_decoder(text_model, logits, rule=chosen, tree=tree).generate(ids, mask, max_new_tokens=40)
+    if rule in ("delta", "lam"):
+        assert out.stats.mean_accepted >= eagle_decoder(text_model, logits, tree=tree).generate(
+            ids, mask, max_new_tokens=40).stats.mean_accepted
+        return
+    assert torch.equal(out.sequences, ar.sequences)
+    assert out.stats.row_steps < 0.7 * ar.stats.row_steps  # drafts are kept often
+
+
+VOCAB, NEW_TOKENS, SAMPLES = 4, 4, 30_000
+PROMPT = [1, 2]
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    model = tiny_llama(vocab_size=VOCAB, hidden=16, seed=21)
+    with torch.no_grad():  # sharpen the near-uniform random init so the law has structure
+        model.lm_head.weight.mul_(12.0)
+    return model
+
+
+def exact_law(model, logits):
+    seqs = torch.tensor(list(itertools.product(range(VOCAB), repeat=NEW_TOKENS)))
+    ids = torch.cat([torch.tensor(PROMPT).expand(len(seqs), -1), seqs], 1)
+    with torch.no_grad():
+        probs = logits.probs(model(input_ids=ids).logits[:, len(PROMPT) - 1:-1])
+    return probs.gather(2, seqs[:, :, None]).squeeze(2).prod(1)
+
+
+def law_pvalue(decoder, law, seed=0):
+    ids = torch.tensor(PROMPT).expand(SAMPLES, -1)
+    out = decoder.generate(ids, max_new_tokens=NEW_TOKENS, generator=torch.Generator().manual_seed(seed))
+    counts = torch.bincount(sequence_codes(out.sequences, VOCAB), minlength=VOCAB ** NEW_TOKENS)
+    return gof_pvalue(counts, law), out.stats
+
+
+SMALL_NEIGHBOURS = torch.tensor([[1, 2], [0, 2], [3, 1], [2, 0]])
+
+
+@pytest.mark.parametrize("tree,rule", [(None, None), (TreeSpec.full([2, 1]), None),
+                                       (None, RelaxedAcceptance(SMALL_NEIGHBOURS, delta=0.0)),
+                                       (TreeSpec.full([2, 1]), RelaxedAcceptance(SMALL_NEIGHBOURS, lam=1.0))])
+def test_eagle_sampling_follows_the_target_law(small_model, tree, rule, torch_kernels):
+    logits = LogitsPipeline(temperature=1.0)
+    pvalue, stats = law_pvalue(eagle_decoder(small_model, logits, rule=rule, tree=tree, k=2, trained=False),
+                               exact_law(small_model, logits))
+    assert pvalue > 1e-3
+    assert 1.1 < stats.mean_accepted  # drafts are kept
+
+
+@pytest.mark.parametrize("rule", ["residual-bug", "relaxed"])
+def test_law_test_catches_a_wrong_law(small_model, rule, torch_kernels):
+    """The same test fails a planted residual bug, and a real relaxation (which is meant to change the law)."""
+    logits = LogitsPipeline(temperature=1.0)
+    chosen = ResidualFromTarget() if rule == "residual-bug" else RelaxedAcceptance(SMALL_NEIGHBOURS, delta=0.3)
+    pvalue, _ = law_pvalue(eagle_decoder(small_model, logits, rule=chosen, k=2, trained=False),
+                           exact_law(small_model, logits))
+    assert pvalue < 1e-6
+
+
+@pytest.mark.parametrize("tree,rule", [(None, "lantern"), (TREE, "lantern++"), (None, "eagle")])
+def test_rows_do_not_depend_on_their_batch(text_model, tree, rule, torch_kernels):
+    ids = torch.tensor([[0, 5, 9], [3, 3, 1], [7, 2, 2]])
+    logits = LogitsPipeline(temperature=1.0, top_k=20)
+
+    def make():
+        chosen = {"lantern": RelaxedAcceptance(NEIGHBOURS_48, delta=0.2),
+                  "lantern++": RelaxedAcceptance(NEIGHBOURS_48, lam=3.0), "eagle": None}[rule]
+        return eagle_decoder(text_model, logits, rule=chosen, tree=tree)
+
+    gens = lambda seeds: [torch.Generator().manual_seed(s) for s in seeds]  # noqa: E731
+    together = make().generate(ids, max_new_tokens=30, generator=gens([1, 2, 3]))
+    for row in range(3):
+        alone = make().generate(ids[row:row + 1], max_new_tokens=30, generator=gens([row + 1]))
+        assert torch.equal(together.sequences[row], alone.sequences[0])
+    again = make().generate(ids, max_new_tokens=30, generator=gens([1, 2, 3]))
+    assert torch.equal(together.sequences, again.sequences)
+
+
+def test_head_and_target_must_agree(text_model):
+    target = HFCausalLM(text_model)
+    with pytest.raises(ValueError, match="vocabulary"):
+        BoundHead(EagleHead(hidden_size=32, num_heads=4, vocab_size=47), target)
+    with pytest.raises(ValueError, match="hidden size"):
+        BoundHead(EagleHead(hidden_size=64, num_heads=4, vocab_size=48), target)
+    with pytest.raises(ValueError, match="hidden_size / num_heads"):
+        EagleHead(hidden_size=30, num_heads=4)
+
+
+# --------------------------------------------------------------------------
+# Plugins on the HF image adapters and on the bundled model
+# --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def janus_setup(tmp_path_factory):
+    pipe = ARImagePipeline(build_tiny_janus(), tokenizer=tiny_text_tokenizer(boi_token="<begin_of_image>"))
+    pipe.set_progress_bar_config(disable=True)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("janus_head")
+    EagleHead.for_target(pipe.target_adapter()).save_pretrained(path)
+    return pipe, str(path)
+
+
+@pytest.mark.parametrize("name,config", [("eagle", {}), ("eagle", {"tree_branching": "2,2"}),
+                                         ("lantern", {"k": 4, "delta": 0.0}), ("lantern++", {"k": 3, "lam": 1.0})])
+def test_plugins_on_janus(janus_setup, name, config, torch_kernels):
+    pipe, head = janus_setup
+    prompts = ["a b", "c"]
+    pipe.plugin = None
+    ar = pipe(prompt=prompts, guidance_scale=2.0, temperature=0, output_type="pt")
+    get_plugin_class(name)(head_path=head, **config).attach(pipe)
+    greedy = pipe(prompt=prompts, guidance_scale=2.0, temperature=0, output_type="pt")
+    assert torch.equal(greedy.tokens, ar.tokens)  # no relaxation: AR exactly
+    gens = lambda: [torch.Generator().manual_seed(s) for s in (1, 2)]  # noqa: E731
+    sampled = pipe(prompt=prompts, guidance_scale=2.0, generator=gens(), output_type="pt")
+    again = pipe(prompt=prompts[1:], guidance_scale=2.0, generator=gens()[1:], output_type="pt")
+    assert torch.equal(sampled.tokens[1:], again.tokens)
+    pipe.plugin = None
+
+
+@pytest.mark.parametrize("build", [build_tiny_emu3, build_tiny_chameleon])
+def test_untrained_head_drafts_for_emu3_and_chameleon(build, torch_kernels):
+    from mmspec.vision.hf_adapters import ChameleonImageAdapter, Emu3ImageAdapter
+
+    model = build()
+    target = Emu3ImageAdapter(model, width=4) if build is build_tiny_emu3 else ChameleonImageAdapter(model)
+    head = EagleHead.for_target(target)
+    prompt = target.prompt_ids(torch.tensor([[1, 5, 6, 7], [1, 9, 9, 8]]))
+    logits = LogitsPipeline(temperature=0)
+    ar = SpeculativeDecoder(target, logits=logits).generate(prompt, max_new_tokens=16)
+    out = SpeculativeDecoder(target, EagleDrafter(head, target), GreedyMatch(), logits,
+                             num_draft_tokens=3).generate(prompt, max_new_tokens=16)
+    assert torch.equal(out.sequences, ar.sequences)
+
+
+def test_bad_plugin_config(janus_setup):
+    pipe, head = janus_setup
+    for name, kwargs, match in (("lantern", {"delta": 1.5}, "delta"), ("lantern", {"k": 0}, "k"),
+                                ("lantern++", {"lam": 0.5}, "lam"), ("lantern++", {"tree_branching": ""}, "tree"),
+                                ("eagle", {"tree_branching": "2,x"}, "tree_branching"),
+                                ("eagle", {"num_draft_tokens": 0}, "num_draft_tokens")):
+        with pytest.raises(ValueError, match=match):
+            get_plugin_class(name)(**kwargs)
+    plugin = get_plugin_class("lantern")(head_path=head, k=24)  # the tiny codebook has 24 codes
+    plugin.attach(pipe)
+    with pytest.raises(ValueError, match="k must be at most the codebook size - 1 \\(23\\)"):
+        pipe(prompt=["a"], guidance_scale=2.0, output_type="pt")
+    plugin = get_plugin_class("lantern")(head_path="/nonexistent", k=4)
+    plugin.attach(pipe)
+    with pytest.raises(ValueError, match="head_path"):
+        pipe(prompt=["a"], guidance_scale=2.0, output_type="pt")
+    pipe.plugin = None
+
+
+def test_bundled_head_drafts_for_the_bundled_model(torch_kernels):
+    from mmspec.vision.pipeline import bundled_pipeline
+
+    pipe = bundled_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+    labels = [1, 6]
+    ar = pipe(class_labels=labels, guidance_scale=3.0, temperature=0, output_type="pt")
+    get_plugin_class("eagle")().attach(pipe)
+    eagle = pipe(class_labels=labels, guidance_scale=3.0, temperature=0, output_type="pt")
+    assert torch.equal(eagle.tokens, ar.tokens)
+    assert eagle.stats.mean_accepted > 1.5  # a trained head: most first drafts are kept
+    get_plugin_class("lantern")(delta=0.2).attach(pipe)
+    gens = lambda: [torch.Generator().manual_seed(s) for s in (3, 4)]  # noqa: E731
+    lantern = pipe(class_labels=labels, guidance_scale=3.0, generator=gens(), output_type="pt")
+    get_plugin_class("eagle")().attach(pipe)
+    strict = pipe(class_labels=labels, guidance_scale=3.0, generator=gens(), output_type="pt")
+    assert lantern.stats.mean_accepted > strict.stats.mean_accepted

@@ -47,3 +47,33 @@ class ResidualFromTarget(SpeculativeSampling):
         num, tokens = speculative_accept_reference(draft.tokens, draft.probs, target_probs, u[:, :k], u[:, k],
                                                    _wrong_residual=True)
         return Acceptance(num, tokens)
+
+
+# --- a 4-token LM whose law over a few new tokens is enumerable (decoder-level law tests) ------------------
+
+def sharpened_tiny_lm(vocab: int = 4, seed: int = 21, scale: float = 12.0):
+    """A tiny Llama with a sharpened output layer: the near-uniform random init gets structure."""
+    from tiny_models import tiny_llama
+
+    model = tiny_llama(vocab_size=vocab, hidden=16, seed=seed)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    return model
+
+
+def exact_prompt_law(model, logits, prompt: list[int], new_tokens: int) -> torch.Tensor:
+    """Exact law of the next `new_tokens` tokens after `prompt` under the processed distributions."""
+    vocab = model.config.vocab_size
+    seqs = torch.tensor(list(itertools.product(range(vocab), repeat=new_tokens)))
+    ids = torch.cat([torch.tensor(prompt).expand(len(seqs), -1), seqs], 1)
+    with torch.no_grad():
+        probs = logits.probs(model(input_ids=ids).logits[:, len(prompt) - 1:-1])
+    return probs.gather(2, seqs[:, :, None]).squeeze(2).prod(1)
+
+
+def prompt_law_pvalue(decoder, law, prompt: list[int], vocab: int, new_tokens: int, samples: int, seed: int = 0):
+    """Generate `samples` continuations of `prompt` in one batch; chi-square p-value against `law`, and stats."""
+    ids = torch.tensor(prompt).expand(samples, -1)
+    out = decoder.generate(ids, max_new_tokens=new_tokens, generator=torch.Generator().manual_seed(seed))
+    counts = torch.bincount(sequence_codes(out.sequences, vocab), minlength=vocab ** new_tokens)
+    return gof_pvalue(counts, law), out.stats

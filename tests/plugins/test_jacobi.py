@@ -1,12 +1,13 @@
 """`sjd`, `mc_sjd`, `gsd`: kernels against their references, greedy identity with AR, the output law
 under sampling (with planted bugs that must be caught), ragged batches, the Janus adapter, bad inputs."""
 
-import itertools
 import math
 
 import pytest
 import torch
-from law import ResidualFromTarget, gof_pvalue, sequence_codes
+from law import (
+    ResidualFromTarget, exact_prompt_law, prompt_law_pvalue, sharpened_tiny_lm,
+)
 from scipy.stats import chisquare
 from tiny_models import HF_GRID, build_tiny_janus, tiny_llama, tiny_text_tokenizer
 
@@ -141,25 +142,15 @@ def test_greedy_jacobi_equals_ar_ragged_batch(text_model, init, coupling, torch_
 
 @pytest.fixture(scope="module")
 def small_model():
-    model = tiny_llama(vocab_size=VOCAB, hidden=16, seed=21)
-    with torch.no_grad():  # sharpen the near-uniform random init so the law has structure
-        model.lm_head.weight.mul_(12.0)
-    return model
+    return sharpened_tiny_lm(VOCAB)
 
 
 def exact_law(model, logits):
-    seqs = torch.tensor(list(itertools.product(range(VOCAB), repeat=NEW_TOKENS)))
-    ids = torch.cat([torch.tensor(PROMPT).expand(len(seqs), -1), seqs], 1)
-    with torch.no_grad():
-        probs = logits.probs(model(input_ids=ids).logits[:, len(PROMPT) - 1:-1])
-    return probs.gather(2, seqs[:, :, None]).squeeze(2).prod(1)
+    return exact_prompt_law(model, logits, PROMPT, NEW_TOKENS)
 
 
 def law_pvalue(decoder, law, seed=0):
-    ids = torch.tensor(PROMPT).expand(SAMPLES, -1)
-    out = decoder.generate(ids, max_new_tokens=NEW_TOKENS, generator=torch.Generator().manual_seed(seed))
-    counts = torch.bincount(sequence_codes(out.sequences, VOCAB), minlength=VOCAB ** NEW_TOKENS)
-    return gof_pvalue(counts, law), out.stats
+    return prompt_law_pvalue(decoder, law, PROMPT, VOCAB, NEW_TOKENS, SAMPLES, seed)
 
 
 class StaleDraftProbs(JacobiDrafter):

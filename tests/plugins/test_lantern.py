@@ -2,11 +2,12 @@
 strict speculative decoding, greedy identity with AR, the output law of `eagle`, ragged batches, the HF
 adapters, the bundled head, bad inputs."""
 
-import itertools
 
 import pytest
 import torch
-from law import ResidualFromTarget, gof_pvalue, sequence_codes
+from law import (
+    ResidualFromTarget, exact_prompt_law, gof_pvalue, prompt_law_pvalue, sharpened_tiny_lm,
+)
 from tiny_models import (
     build_tiny_chameleon, build_tiny_emu3, build_tiny_janus, tiny_llama, tiny_text_tokenizer,
 )
@@ -279,25 +280,15 @@ PROMPT = [1, 2]
 
 @pytest.fixture(scope="module")
 def small_model():
-    model = tiny_llama(vocab_size=VOCAB, hidden=16, seed=21)
-    with torch.no_grad():  # sharpen the near-uniform random init so the law has structure
-        model.lm_head.weight.mul_(12.0)
-    return model
+    return sharpened_tiny_lm(VOCAB)
 
 
 def exact_law(model, logits):
-    seqs = torch.tensor(list(itertools.product(range(VOCAB), repeat=NEW_TOKENS)))
-    ids = torch.cat([torch.tensor(PROMPT).expand(len(seqs), -1), seqs], 1)
-    with torch.no_grad():
-        probs = logits.probs(model(input_ids=ids).logits[:, len(PROMPT) - 1:-1])
-    return probs.gather(2, seqs[:, :, None]).squeeze(2).prod(1)
+    return exact_prompt_law(model, logits, PROMPT, NEW_TOKENS)
 
 
 def law_pvalue(decoder, law, seed=0):
-    ids = torch.tensor(PROMPT).expand(SAMPLES, -1)
-    out = decoder.generate(ids, max_new_tokens=NEW_TOKENS, generator=torch.Generator().manual_seed(seed))
-    counts = torch.bincount(sequence_codes(out.sequences, VOCAB), minlength=VOCAB ** NEW_TOKENS)
-    return gof_pvalue(counts, law), out.stats
+    return prompt_law_pvalue(decoder, law, PROMPT, VOCAB, NEW_TOKENS, SAMPLES, seed)
 
 
 SMALL_NEIGHBOURS = torch.tensor([[1, 2], [0, 2], [3, 1], [2, 0]])

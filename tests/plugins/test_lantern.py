@@ -426,3 +426,17 @@ def test_bundled_head_drafts_for_the_bundled_model(torch_kernels):
     get_plugin_class("eagle")().attach(pipe)
     strict = pipe(class_labels=labels, guidance_scale=3.0, generator=gens(), output_type="pt")
     assert lantern.stats.mean_accepted > strict.stats.mean_accepted
+
+
+@pytest.mark.parametrize("tree", [None, TREE])
+def test_rows_leave_the_batch_at_their_own_eos(text_model, tree, torch_kernels):
+    """Rows that hit EOS early leave the batch; the head's per-row state must follow (greedy == AR)."""
+    ids = torch.tensor([[0, 5, 9, 3], [0, 0, 7, 1], [4, 4, 4, 4], [7, 8, 9, 10]])
+    logits = LogitsPipeline(temperature=0)
+    eos = 1  # row 1 emits it after 3 tokens, row 0 after 4; rows 2 and 3 never
+    ar = SpeculativeDecoder(HFCausalLM(text_model), logits=logits, eos_token_id=eos).generate(ids, max_new_tokens=40)
+    assert ar.lengths.tolist() == [4, 3, 40, 40]
+    decoder = eagle_decoder(text_model, logits, tree=tree)
+    decoder.eos_token_id = eos
+    out = decoder.generate(ids, max_new_tokens=40)
+    assert torch.equal(out.sequences, ar.sequences) and torch.equal(out.lengths, ar.lengths)

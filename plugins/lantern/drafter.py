@@ -80,9 +80,10 @@ class EagleHead(ModelMixin, ConfigMixin):
         return self.layer(x, cos, sin, mask, cache)
 
 
-class BoundHead:
+class BoundHead(ARModel):
     """An EagleHead bound to a target adapter: its frozen embeddings and output layer, plus a KV cache per
-    row with the core's slot bookkeeping (ragged rows, rollback, tree blocks)."""
+    row kept like any adapter's (`crop`, `keep`, `select_rows` and compaction come from ARModel). It is fed
+    (token, feature) pairs through `run`, not `forward`."""
 
     def __init__(self, head: EagleHead, target: ARModel):
         base = target.base if isinstance(target, CFGModel) else target
@@ -98,6 +99,7 @@ class BoundHead:
         # Row vocab_size is all zeros: prompt tokens (ids >= vocab_size) carry no code embedding.
         self.embeddings = torch.cat([embeddings, embeddings.new_zeros(1, embeddings.shape[1])])
         self.vocab_size = target.vocab_size
+        self.device = next(head.parameters()).device
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embeddings.to(tokens.device)[tokens.clamp(min=0, max=self.vocab_size)]
@@ -105,44 +107,26 @@ class BoundHead:
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         return self.target.output_logits(features.to(self.embeddings.dtype))
 
-    def new_state(self, rows: int, device) -> DecodeState:
-        return DecodeState(cache=[None, None], slots=SlotTable.empty(rows, device))
+    def new_state(self, batch_size: int) -> DecodeState:
+        return DecodeState(cache=[None, None], slots=SlotTable.empty(batch_size, self.device))
+
+    def _map_kv(self, state: DecodeState, fn) -> None:
+        if state.cache[0] is not None:
+            state.cache[0], state.cache[1] = fn(state.cache[0]), fn(state.cache[1])
 
     def run(self, state: DecodeState, tokens, features, positions, *, token_mask=None, tree: TreeSpec | None = None,
             tree_nodes=None, query_only=None) -> torch.Tensor:
+        """ARModel.forward with the target features as a second input; returns the predicted features."""
         mask = state.slots.attention_mask(positions, token_mask, tree_nodes, tree, query_only)
         out = self.head(features, self.embed(tokens), positions,
                         additive_mask(mask, self.head.fc.weight.dtype), state.cache)
         state.slots.append(positions, token_mask, tree_nodes, tree, query_only)
         return out
 
-    def crop(self, state: DecodeState, lengths: torch.Tensor) -> None:
-        state.slots.crop(lengths)
-        self._tidy(state)
-
     def drop_tree(self, state: DecodeState) -> None:
+        """Resolve a pending tree block by keeping none of its nodes."""
         if state.slots.tree is not None:
-            state.slots.keep(torch.full((state.slots.batch_size, 1), -1, dtype=torch.long,
-                                        device=state.slots.positions.device))
-
-    def select_rows(self, state: DecodeState, rows: torch.Tensor) -> None:
-        state.slots.select_rows(rows)
-        if state.cache[0] is not None:
-            state.cache[0], state.cache[1] = state.cache[0][rows], state.cache[1][rows]
-        self._tidy(state)
-
-    def _tidy(self, state: DecodeState) -> None:
-        """Same policy as ARModel: drop dead trailing slots, compact when the cache has grown."""
-        kv = state.cache
-        drop = state.slots.trailing_dead()
-        if drop:
-            state.slots.drop_trailing(drop)
-            if kv[0] is not None:
-                kv[0], kv[1] = kv[0][:, :, : kv[0].shape[2] - drop], kv[1][:, :, : kv[1].shape[2] - drop]
-        order = state.slots.compaction_index(64)
-        if order is not None and kv[0] is not None:
-            idx = order[:, None, :, None].expand(-1, kv[0].shape[1], -1, kv[0].shape[3])
-            kv[0], kv[1] = kv[0].gather(2, idx), kv[1].gather(2, idx)
+            self.keep(state, torch.full((state.slots.batch_size, 1), -1, dtype=torch.long, device=self.device))
 
 
 @dataclass
@@ -215,7 +199,7 @@ class EagleDrafter(Drafter):
     def propose(self, ctx: StepContext) -> Draft:
         b, device = ctx.last_tokens.shape[0], ctx.last_tokens.device
         if self.state is None:
-            self.state = self.bound.new_state(self._halves * b, device)
+            self.state = self.bound.new_state(self._halves * b)
         root = self._feed_verified(ctx)
         if self.tree is not None:
             return self._propose_tree(ctx, root)

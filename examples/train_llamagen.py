@@ -18,13 +18,13 @@ Shipped weights were made with:
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from mmspec.common.training import warmup_cosine_lr
 from mmspec.vision.llamagen import LlamaGenModel
 from mmspec.vision.tokenizer import BUNDLED_DIR, encode_codes, load_bundled_vq
 
@@ -61,12 +61,6 @@ def heldout_nll(model, data, batch: int = 100) -> float:
               for i in range(0, len(data["codes"]), batch)]
     model.train()
     return sum(losses) / len(losses)
-
-
-def lr_at(step, total, peak, warmup=100):
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
 def main():
@@ -111,7 +105,7 @@ def main():
     t0 = time.time()
     for step in range(start, args.steps):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr)
+            group["lr"] = warmup_cosine_lr(step, args.steps, args.lr, warmup=100)
         idx = torch.randint(0, len(train["codes"]), (args.batch_size,), generator=gen)
         labels = train["labels"][idx].clone()
         labels[torch.rand(args.batch_size, generator=gen) < GPT_CONFIG["class_dropout_prob"]] = model.null_class

@@ -12,7 +12,6 @@ Shipped weights were made with:
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from mmspec.common import textlm
+from mmspec.common.training import warmup_cosine_lr
 
 TARGET_CONFIG = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4,
                      num_attention_heads=4, num_key_value_heads=4)
@@ -46,12 +46,6 @@ def batches(stream: torch.Tensor, batch: int, seq_len: int, seed: int):
     while True:
         starts = torch.randint(0, len(stream) - seq_len - 1, (batch,), generator=gen)
         yield torch.stack([stream[s:s + seq_len] for s in starts.tolist()])
-
-
-def lr_at(step: int, total: int, peak: float, warmup: int = 100) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
 @torch.no_grad()
@@ -80,7 +74,7 @@ def train(name: str, model, steps: int, args, stream, held, teacher=None):
     t0 = time.time()
     for step in range(start, steps):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, args.lr)
+            group["lr"] = warmup_cosine_lr(step, steps, args.lr, warmup=100)
         x = next(data)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = model(input_ids=x).logits[:, :-1].float()

@@ -13,7 +13,6 @@ Shipped weights were made with:
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from diffusers import VQModel
 
+from mmspec.common.training import warmup_cosine_lr
 from mmspec.vision.data import make_crops
 
 VQ_CONFIG = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 3,
@@ -36,12 +36,6 @@ def cached_crops(work: Path, split: str, per_class: int, seed: int):
     crops = make_crops(split, per_class, seed)
     torch.save(crops, path)
     return crops
-
-
-def lr_at(step, total, peak, warmup=50):
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
 def vq_forward(vq: VQModel, x: torch.Tensor):
@@ -106,7 +100,7 @@ def main():
     t0 = time.time()
     for step in range(start, args.steps):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr)
+            group["lr"] = warmup_cosine_lr(step, args.steps, args.lr)
         x = train[torch.randint(0, len(train), (args.batch_size,), generator=gen)]
         recon, codebook_loss, indices, h = vq_forward(vq, x)
         loss = F.mse_loss(recon, x) + 0.5 * F.l1_loss(recon, x) + codebook_loss

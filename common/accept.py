@@ -23,6 +23,7 @@ class Draft:
     probs: torch.Tensor | None = None  # [B, K, V] processed draft distributions; None for deterministic drafts
     tree: TreeSpec | None = None
     forwards: int = 0  # drafter forward passes spent on this draft
+    lengths: torch.Tensor | None = None  # [B] long; chain drafts row b really has (ragged chains), None = K each
 
     @property
     def num_tokens(self) -> int:
@@ -62,7 +63,7 @@ class GreedyMatch(AcceptRule):
     def __call__(self, draft, target_probs, generator=None):
         if draft.tree is not None:
             return tree_accept(draft, target_probs, None, greedy=True)
-        num, tokens = greedy_accept(draft.tokens, target_probs.argmax(-1))
+        num, tokens = greedy_accept(draft.tokens, target_probs.argmax(-1), draft.lengths)
         return Acceptance(num, tokens)
 
 
@@ -84,7 +85,8 @@ class SpeculativeSampling(AcceptRule):
             uniforms = draw_uniform(generator, batch, k + 2, target_probs.device)
             return tree_accept(draft, target_probs, uniforms, greedy=False)
         uniforms = draw_uniform(generator, batch, k + 1, target_probs.device)
-        num, tokens = speculative_accept(draft.tokens, draft.probs, target_probs, uniforms[:, :k], uniforms[:, k])
+        num, tokens = speculative_accept(draft.tokens, draft.probs, target_probs, uniforms[:, :k], uniforms[:, k],
+                                         draft.lengths)
         return Acceptance(num, tokens)
 
 

@@ -54,8 +54,11 @@ def _interleaved_runs(pipeline, baseline, accelerated, inputs, batch_size, seed,
     return runs["baseline"], runs["accelerated"]
 
 
-def _summary(stats, latency, num_samples, quality) -> dict:
-    return {"nfe_per_sample": stats.nfe_per_sample, "latency_s_per_sample": latency / num_samples,
+def _summary(stats, latency, num_samples, quality, media_seconds=None) -> dict:
+    extra = {}
+    if media_seconds:  # speech: real-time factors over the same audio, and rows a gate finished early
+        extra = {"inverse_rtf": media_seconds / max(latency, 1e-9), "gated_fraction": stats.gated_rows / num_samples}
+    return {**extra, "nfe_per_sample": stats.nfe_per_sample, "latency_s_per_sample": latency / num_samples,
             "tokens_per_sample": stats.tokens / num_samples, "mean_accepted": stats.mean_accepted,
             "acceptance_per_position": stats.acceptance_per_position, "target_nfe": stats.target_nfe,
             "drafter_nfe": stats.drafter_nfe, "time_split_s": {"draft": stats.time_draft_s,
@@ -99,6 +102,8 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
         if peer_seq is not None and greedy:
             peer["exact_match_rate_vs_ar"] = _exact_match(peer_seq, base_seq)
 
+    media = getattr(pipeline, "bench_media_seconds", None)
+    media_seconds = media(inputs) if media is not None else None
     result = {
         "plugin": plugin,
         "model": getattr(pipeline, "model_name", model) or model,
@@ -109,8 +114,10 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
         "lossless": bool(getattr(accelerated, "lossless", plugin_cls.lossless)),  # a mode may change it
         "settings": call,
         "config": asdict(accelerated.config),
-        "baseline": _summary(base_stats, base_time, num_samples, pipeline.bench_quality(inputs, base_seq)),
-        "accelerated": _summary(acc_stats, acc_time, num_samples, pipeline.bench_quality(inputs, acc_seq)),
+        "baseline": _summary(base_stats, base_time, num_samples, pipeline.bench_quality(inputs, base_seq),
+                             media_seconds),
+        "accelerated": _summary(acc_stats, acc_time, num_samples, pipeline.bench_quality(inputs, acc_seq),
+                                media_seconds),
         "step_compression": base_stats.nfe_per_sample / max(acc_stats.nfe_per_sample, 1e-9),
         "speedup": base_time / max(acc_time, 1e-9),
         "exact_match_rate": _exact_match(acc_seq, base_seq) if greedy else None,
@@ -162,6 +169,30 @@ def format_peers(results: list[dict]) -> str:
                       "peer exact match vs AR |", "|---|---|---|---|---|"] + lines)
 
 
+def format_speech(results: list[dict]) -> str:
+    """Rows measured on audio: WER next to inverse real-time factors, and the ceiling a method could reach
+    (AR time / CTC-only time: the `ctc_draft` row with mode=ctc at the same batch size and model)."""
+    speech = [r for r in results if "inverse_rtf" in r["accelerated"]]
+    if not speech:
+        return ""
+    ceilings = {(r["model"], r["batch_size"]): r["speedup"] for r in speech if r["config"].get("mode") == "ctc"}
+    lines = ["| plugin | config | model | batch | WER AR → plugin (relative) | CER AR → plugin "
+             "| inverse RTF AR → plugin | speed-up | ceiling | gated | exact match |", "|" + "---|" * 11]
+    for r in speech:
+        base, acc = r["baseline"], r["accelerated"]
+        wer_b, wer_a = base["quality"]["wer"], acc["quality"]["wer"]
+        relative = f"{(wer_a - wer_b) / wer_b:+.0%}" if wer_b > 0 else "—"
+        defaults = asdict(get_plugin_class(r["plugin"]).Config())
+        config = ", ".join(f"{k}={v}" for k, v in r["config"].items() if defaults.get(k) != v) or "defaults"
+        ceiling = ceilings.get((r["model"], r["batch_size"]))
+        exact = "—" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.2f}"
+        lines.append(f"| {r['plugin']} | {config} | {r['model']} | {r['batch_size']} | {wer_b:.1%} → {wer_a:.1%} "
+                     f"({relative}) | {base['quality']['cer']:.1%} → {acc['quality']['cer']:.1%} | "
+                     f"{base['inverse_rtf']:.0f} → {acc['inverse_rtf']:.0f} | {r['speedup']:.2f}× | "
+                     f"{'—' if ceiling is None else f'{ceiling:.2f}×'} | {acc['gated_fraction']:.0%} | {exact} |")
+    return "\n".join(lines)
+
+
 def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
     env = results[0]["environment"] if results else {}
     text = [
@@ -175,6 +206,12 @@ def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
         format_table(results),
         "",
     ]
+    speech = format_speech(results)
+    if speech:
+        text += ["## Speech: word error and real-time factors", "",
+                 "Inverse RTF = seconds of audio per second of wall-clock (encoder included). Ceiling = AR time / "
+                 "CTC-only time at the same batch size: the most any CTC-drafted method could gain. Gated = "
+                 "utterances the entropy gate finished without the decoder.", "", speech, ""]
     peers = format_peers(results)
     if peers:
         text += ["## Side by side with peer implementations", "", peers, ""]
@@ -224,8 +261,9 @@ def run_all(markdown: str | Path | None, json_path: str | Path | None, device: s
         plugin_cls = get_plugin_class(name)
         variants = getattr(plugin_cls, "bench_default_variants", None) or ALL_VARIANTS
         for variant in tuple(variants) + tuple(plugin_cls.bench_variants):
-            add(run_bench(name, device=device, seed=seed, progress=progress, num_samples=variant.get("num_samples"),
-                          batch_size=variant.get("batch_size", 1), settings=variant.get("settings")))
+            add(run_bench(name, model=variant.get("model"), device=device, seed=seed, progress=progress,
+                          num_samples=variant.get("num_samples"), batch_size=variant.get("batch_size", 1),
+                          settings=variant.get("settings")))
     if markdown:
         json_arg = f" --json {Path(json_path).name}" if json_path else ""
         write_markdown(results, markdown, f"mmspec bench --all{json_arg} --markdown {Path(markdown).name}")

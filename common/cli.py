@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plugin")
     p.add_argument("--model", default=None)
     p.add_argument("--prompt", action="append", default=[], help="text prompt (repeatable)")
+    p.add_argument("--audio", action="append", default=[], help="audio file to transcribe (repeatable; speech)")
     p.add_argument("--num", type=int, default=4, help="number of samples when no prompt is given")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)

@@ -116,7 +116,8 @@ class SpeculativeDecoder:
             with stats.timer("accept", device):
                 acc = self.accept_rule(draft, target_probs, ctx.generator)
             committed = acc.num_accepted + 1
-            stats.record_step(committed, draft.num_tokens if draft.tree is None else draft.tree.max_depth)
+            stats.record_step(committed, draft.num_tokens if draft.tree is None else draft.tree.max_depth,
+                              draft.lengths)
             with stats.timer("accept", device):
                 if draft.tree is not None:
                     self.target.keep(state, acc.path_nodes)
@@ -169,6 +170,8 @@ class SpeculativeDecoder:
             else:
                 offsets = draft.tree.depth.to(tokens.device).expand_as(tokens)
             needed = offsets < ctx.remaining[:, None]
+            if draft.lengths is not None:  # a ragged chain: drafts past a row's length are padding
+                needed &= offsets <= draft.lengths.to(offsets.device)[:, None]
             token_mask = None if bool(needed.all()) else needed
             positions = ctx.positions[:, None] + offsets.minimum(ctx.remaining[:, None] - 1)
             hidden = bool(getattr(self.drafter, "needs_hidden", False))

@@ -27,7 +27,8 @@ class Plugin:
     paper: str = ""
     Config: type = NoConfig
     bench_variants: tuple = ()  # extra `mmspec bench --all` rows, e.g. ({"settings": {"window": 8}, "batch_size": 4,
-    #                             "num_samples": 40},); keys default to batch 1 and the pipeline's sample count
+    #                             "num_samples": 40},); keys default to batch 1, the pipeline's sample count and
+    #                             the plugin's default model ("model": a bundled model name)
     bench_default_variants: tuple = ()  # replaces bench.ALL_VARIANTS for this plugin when not empty
 
     def __init__(self, **config):

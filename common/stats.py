@@ -24,6 +24,9 @@ class DecodeStats:
     time_verify_s: float = 0.0
     time_accept_s: float = 0.0
     time_total_s: float = 0.0
+    time_encode_s: float = 0.0  # conditioning encoder (speech: the acoustic encoder and its CTC head)
+    media_seconds: float = 0.0  # seconds of input audio, for real-time factors
+    gated_rows: int = 0  # rows finished before the decode loop (a draft accepted by a gate, e.g. CTC entropy)
 
     @property
     def nfe_per_sample(self) -> float:
@@ -37,11 +40,17 @@ class DecodeStats:
         return total / max(1, sum(self.accepted_hist))
 
     @property
+    def inverse_rtf(self) -> float:
+        """Seconds of audio transcribed per second of compute (0 without audio)."""
+        return self.media_seconds / self.time_total_s if self.time_total_s > 0 else 0.0
+
+    @property
     def acceptance_per_position(self) -> list[float]:
         return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
 
-    def record_step(self, committed: torch.Tensor, num_drafted: int) -> None:
-        """committed: [B] tokens committed per active row this step (accepted drafts + 1)."""
+    def record_step(self, committed: torch.Tensor, num_drafted: int, lengths: torch.Tensor | None = None) -> None:
+        """committed: [B] tokens committed per active row this step (accepted drafts + 1); lengths [B]: drafts
+        each row really had (ragged chains), None = num_drafted for every row."""
         self.row_steps += committed.numel()
         width = num_drafted + 2
         if len(self.accepted_hist) < width:
@@ -52,7 +61,7 @@ class DecodeStats:
         for k, n in enumerate(counts):
             self.accepted_hist[k] += n
         for i in range(num_drafted):
-            self.drafted_per_position[i] += committed.numel()
+            self.drafted_per_position[i] += committed.numel() if lengths is None else int((lengths > i).sum())
             self.accepted_per_position[i] += int((committed > i + 1).sum())
 
     @contextmanager

@@ -1,1 +1,2 @@
-"""Speech substrate (ASR/TTS models, pipelines, WER/RTF): arrives with the speech issues."""
+"""Speech substrate: the bundled CTC + attention-decoder ASR model, `ASRPipeline`, Hugging Face adapters
+(Whisper verifier, Wav2Vec2 CTC drafter), espeak-ng data and WER / RTF metrics."""

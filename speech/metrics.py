@@ -1,0 +1,35 @@
+"""ASR quality and speed metrics: WER / CER with jiwer after `normalize_text`, real-time factors."""
+
+from __future__ import annotations
+
+import jiwer
+
+from .text import normalize_text
+
+
+def error_rates(references: list[str], hypotheses: list[str]) -> dict:
+    """Corpus WER and CER (errors / reference words or characters) after the scoring normalisation.
+
+    An empty normalised hypothesis counts as all deletions; references must not be empty.
+    """
+    if len(references) != len(hypotheses):
+        raise ValueError(f"{len(references)} references but {len(hypotheses)} hypotheses")
+    refs = [normalize_text(r) for r in references]
+    if any(not r for r in refs):
+        raise ValueError("a reference transcript is empty after normalisation")
+    hyps = [normalize_text(h) for h in hypotheses]
+    return {"wer": jiwer.wer(refs, hyps), "cer": jiwer.cer(refs, hyps)}
+
+
+def real_time_factor(compute_seconds: float, audio_seconds: float) -> float:
+    """Compute time per second of audio (< 1: faster than real time)."""
+    if audio_seconds <= 0:
+        raise ValueError(f"audio_seconds must be > 0, got {audio_seconds}")
+    return compute_seconds / audio_seconds
+
+
+def inverse_real_time_factor(compute_seconds: float, audio_seconds: float) -> float:
+    """Seconds of audio per second of compute (RTFx; larger is faster)."""
+    if compute_seconds <= 0:
+        raise ValueError(f"compute_seconds must be > 0, got {compute_seconds}")
+    return audio_seconds / compute_seconds

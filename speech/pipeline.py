@@ -1,0 +1,243 @@
+"""`ASRPipeline`: audio in, text out, with any decoding plugin (plain AR by default, `ctc_draft`, ...).
+
+    from mmspec import load_plugin
+    pipe = load_plugin("ctc_draft", mode="relaxed")          # bundled asr-tiny
+    out = pipe(["a.wav", (wave, 22050)], batch_size=8)
+    out.texts, out.stats.inverse_rtf
+
+Inputs: a file path, a mono waveform (numpy array or torch tensor) with `sampling_rate`, a
+``(waveform, sampling_rate)`` pair, a ``{"array": ..., "sampling_rate": ...}`` dict (the `datasets`
+convention), or a list of them. Audio is resampled to 16 kHz; it must be mono, finite and non-empty.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile
+import torch
+import torchaudio
+from tqdm.auto import tqdm
+
+from ..common.logits import LogitsPipeline
+from ..common.stats import DecodeStats
+from .asr_model import SAMPLE_RATE
+from .recognizer import BUNDLED_ASR_DIR, BundledRecognizer, SpeechRecognizer
+
+
+@dataclass
+class ASROutput:
+    texts: list[str]
+    sequences: list[list[int]]  # decoder ids of each transcript (end-of-text included when produced)
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+
+def load_audio(item, sampling_rate: int | None = None, name: str = "audio") -> torch.Tensor:
+    """One input (see module docstring) -> float32 mono waveform [N] at 16 kHz; clear errors otherwise."""
+    if isinstance(item, (str, os.PathLike)):
+        if not os.path.exists(item):
+            raise FileNotFoundError(f"{name}: no such audio file {str(item)!r}")
+        data, rate = soundfile.read(str(item), dtype="float32", always_2d=True)
+        if data.shape[1] != 1:
+            raise ValueError(f"{name}: {str(item)!r} has {data.shape[1]} channels; ASRPipeline takes mono audio "
+                             "(average or pick a channel first)")
+        wave = torch.from_numpy(data[:, 0].copy())
+    else:
+        if isinstance(item, dict):
+            if "array" not in item or "sampling_rate" not in item:
+                raise ValueError(f"{name}: a dict input needs the keys 'array' and 'sampling_rate', got {sorted(item)}")
+            item, rate = item["array"], item["sampling_rate"]
+        elif isinstance(item, tuple):
+            if len(item) != 2:
+                raise ValueError(f"{name}: a tuple input must be (waveform, sampling_rate), got {len(item)} items")
+            item, rate = item
+        else:
+            rate = sampling_rate
+        if rate is None:
+            raise ValueError(f"{name}: a waveform needs sampling_rate (an int, e.g. 16000)")
+        if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:
+            raise TypeError(f"sampling_rate must be a positive int (samples per second), got {rate!r} "
+                            f"({type(rate).__name__})")
+        if isinstance(item, np.ndarray):
+            wave = torch.from_numpy(np.ascontiguousarray(item))
+        elif isinstance(item, torch.Tensor):
+            wave = item.detach().cpu()
+        else:
+            raise TypeError(f"{name}: expected a file path, a numpy array, a torch tensor, a (waveform, "
+                            f"sampling_rate) tuple or a dict, got {type(item).__name__}")
+        if not (wave.is_floating_point() or wave.dtype in (torch.int16, torch.int32)):
+            raise TypeError(f"{name}: waveform dtype must be float or int16/int32 PCM, got {wave.dtype}")
+        if wave.dtype == torch.int16:
+            wave = wave.float() / 32768.0
+        elif wave.dtype == torch.int32:
+            wave = wave.float() / 2147483648.0
+        if wave.dim() == 2 and 1 in wave.shape:
+            wave = wave.reshape(-1)
+        if wave.dim() != 1:
+            raise ValueError(f"{name}: waveform must be mono [samples] (or [1, samples]); got shape "
+                             f"{tuple(wave.shape)} — stereo or multi-channel audio must be mixed down first")
+        wave = wave.float()
+    if wave.numel() == 0:
+        raise ValueError(f"{name}: audio is empty")
+    if not bool(torch.isfinite(wave).all()):
+        raise ValueError(f"{name}: audio contains NaN or infinite samples")
+    if rate != SAMPLE_RATE:
+        wave = torchaudio.functional.resample(wave, int(rate), SAMPLE_RATE)
+    if wave.numel() < 400:  # one 25 ms analysis window
+        raise ValueError(f"{name}: audio is too short ({wave.numel()} samples at 16 kHz; need at least 400)")
+    return wave
+
+
+def as_batch(audio) -> list:
+    """The list of single inputs in `audio` (a single input becomes a list of one)."""
+    if isinstance(audio, list):
+        if not audio:
+            raise ValueError("audio is an empty list")
+        return audio
+    return [audio]
+
+
+def pad_waves(waves: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([w.numel() for w in waves])
+    return torch.nn.utils.rnn.pad_sequence(waves, batch_first=True), lengths
+
+
+class ASRPipeline:
+    """Speech recognition over a `SpeechRecognizer` with a decoding plugin; diffusers-style conventions."""
+
+    modality = "speech"
+    bench_num_samples = 200
+    call_defaults = {"max_new_tokens": 200, "temperature": 0.0}
+
+    def __init__(self, recognizer: SpeechRecognizer, plugin=None):
+        self.recognizer = recognizer
+        self.plugin = plugin
+        self.device = recognizer.device
+        self.model_name = recognizer.name
+        self._progress = {}
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike = BUNDLED_ASR_DIR, device: str = "cpu",
+                        dtype: torch.dtype = torch.float32) -> "ASRPipeline":
+        """A pipeline over the bundled model format (`ASRModel` + `CharTokenizer` in one folder)."""
+        return cls(BundledRecognizer.from_pretrained(directory, device=device, dtype=dtype))
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        if not hasattr(self.recognizer, "save_pretrained"):
+            raise NotImplementedError(f"{type(self.recognizer).__name__} cannot be saved by ASRPipeline; save "
+                                      "its models with their own save_pretrained")
+        self.recognizer.save_pretrained(directory)
+
+    def set_progress_bar_config(self, **kwargs) -> None:
+        self._progress = kwargs
+
+    def _plugin(self):
+        if self.plugin is None:
+            from ..common.registry import get_plugin_class
+
+            self.plugin = get_plugin_class("ar")()
+        return self.plugin
+
+    @torch.no_grad()
+    def __call__(self, audio, sampling_rate: int | None = None, *, batch_size: int = 8, max_new_tokens: int = 200,
+                 temperature: float = 0.0, generator=None, return_dict: bool = True):
+        """Transcribe `audio` (one input or a list; see the module docstring)."""
+        items = as_batch(audio)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        waves = [load_audio(x, sampling_rate, name=f"audio[{i}]") for i, x in enumerate(items)]
+        generators = generator if isinstance(generator, list) else [generator] * len(waves)
+        if len(generators) != len(waves):
+            raise ValueError(f"got {len(generators)} generators for {len(waves)} inputs")
+        logits = LogitsPipeline(temperature=temperature)
+        texts, sequences, stats = [], [], DecodeStats()
+        starts = range(0, len(waves), batch_size)
+        bar = tqdm(starts, desc="transcribing", disable=len(starts) < 2 or self._progress.get("disable", False),
+                   **{k: v for k, v in self._progress.items() if k != "disable"})
+        for start in bar:
+            chunk = waves[start:start + batch_size]
+            gens = generators[start:start + batch_size]
+            batch_gen = None if all(g is None for g in gens) else gens
+            t, s, st = self._transcribe_batch(chunk, logits, max_new_tokens, batch_gen)
+            texts += t
+            sequences += s
+            stats = stats.merge(st)
+        output = ASROutput(texts=texts, sequences=sequences, stats=stats)
+        return output if return_dict else (texts,)
+
+    def _transcribe_batch(self, waves, logits, max_new_tokens, generator):
+        begin = time.perf_counter()
+        padded, num_samples = pad_waves(waves)
+        encoded = self.recognizer.encode(padded.to(self.device), num_samples.to(self.device))
+        encode_time = time.perf_counter() - begin
+        plugin = self._plugin()
+        if hasattr(plugin, "transcribe"):
+            sequences, stats = plugin.transcribe(self, encoded, logits, max_new_tokens, generator)
+        else:
+            sequences, stats = self.decode(encoded, plugin, logits, max_new_tokens, generator)
+        stats.time_encode_s += encode_time
+        stats.time_total_s = time.perf_counter() - begin
+        stats.media_seconds += float(num_samples.sum()) / SAMPLE_RATE
+        texts = [self.recognizer.decoder_ids_to_text(s) for s in sequences]
+        return texts, sequences, stats
+
+    def decode(self, encoded, plugin, logits, max_new_tokens, generator, rows: torch.Tensor | None = None):
+        """Run a plugin's decode loop on the decoder over `encoded` (rows: the subset to decode)."""
+        target = self.recognizer.decoder(encoded, rows)
+        batch = encoded.ctc_lengths.shape[0] if rows is None else rows.numel()
+        prompt = torch.tensor([self.recognizer.prompt_ids()] * batch, device=self.device)
+        eos = self.recognizer.eos_token_id
+        decoder = plugin.build_decoder(self, target, logits, eos_token_id=eos, pad_token_id=eos)
+        out = decoder.generate(prompt, max_new_tokens=max_new_tokens, generator=generator)
+        return out.tolist(), out.stats
+
+    def cli_generate(self, args, call: dict) -> int:
+        """`mmspec generate PLUGIN --audio a.wav ...`: print transcripts (held-out clips without --audio)."""
+        import json
+
+        from .data import load_test_set
+
+        paths = args.audio or [row["audio"] for row in load_test_set()[: args.num]]
+        out = self(paths, batch_size=args.batch_size, **call)
+        for path, text in zip(paths, out.texts):
+            print(f"{path}: {text}")
+        print(f"{out.stats}  inverse RTF {out.stats.inverse_rtf:.1f}")
+        if args.out:
+            records = [{"audio": str(p), "text": t} for p, t in zip(paths, out.texts)]
+            Path(args.out).write_text(json.dumps({"transcripts": records, "stats": out.stats.to_dict()}, indent=2))
+        return 0
+
+    # --- bench protocol (see mmspec.common.bench) ------------------------
+    def bench_inputs(self, num_samples: int, seed: int) -> list[dict]:
+        from .data import load_test_set
+
+        rows = load_test_set()
+        if num_samples > len(rows):
+            raise ValueError(f"num_samples must be at most {len(rows)} (the held-out set), got {num_samples}")
+        return rows[:num_samples]
+
+    def bench_generate(self, inputs: list[dict], batch_size: int, seed: int, settings: dict):
+        gens = [torch.Generator().manual_seed(seed + i) for i in range(len(inputs))]
+        out = self([row["audio"] for row in inputs], batch_size=batch_size, generator=gens, **settings)
+        return out.sequences, out.stats
+
+    def bench_quality(self, inputs: list[dict], sequences: list[list[int]]) -> dict:
+        from .metrics import error_rates
+
+        hyps = [self.recognizer.decoder_ids_to_text(s) for s in sequences]
+        return error_rates([row["text"] for row in inputs], hyps)
+
+    def bench_media_seconds(self, inputs: list[dict]) -> float:
+        return sum(soundfile.info(row["audio"]).duration for row in inputs)
+
+
+def bundled_pipeline(device: str = "cpu") -> ASRPipeline:
+    if not (BUNDLED_ASR_DIR / "config.json").exists():
+        raise FileNotFoundError(f"the bundled ASR model is missing from {BUNDLED_ASR_DIR}")
+    return ASRPipeline.from_pretrained(BUNDLED_ASR_DIR, device=device)

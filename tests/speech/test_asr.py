@@ -1,0 +1,158 @@
+"""The speech substrate: text normalisation and tokenizer, corpus cleaning, the ASR model's cached decoder,
+ASRPipeline inputs and errors, save/load, metrics."""
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from mmspec.speech.asr_model import ASRDecoderAdapter, ASRModel
+from mmspec.speech.data import closed_vocabulary_sentences, load_test_set, split_sentences
+from mmspec.speech.metrics import error_rates, inverse_real_time_factor
+from mmspec.speech.pipeline import ASRPipeline, load_audio
+from mmspec.speech.recognizer import BundledRecognizer
+from mmspec.speech.text import CharTokenizer, fortune_sentences, normalize_text
+
+
+def tiny_model(seed=0):
+    torch.manual_seed(seed)
+    return ASRModel(encoder_dim=32, encoder_layers=1, encoder_heads=2, encoder_ffn=64, decoder_dim=32,
+                    decoder_layers=2, decoder_heads=2, decoder_ffn=64, dropout=0.0).eval()
+
+
+@pytest.fixture(scope="module")
+def test_rows():
+    return load_test_set()
+
+
+def test_normalisation_and_tokenizer_round_trip():
+    assert normalize_text("  Don't PANIC -- it's   only 42!") == "don't panic it's only"
+    tok = CharTokenizer()
+    ids = tok.encode("Hello, World")
+    assert tok.decode(ids) == "hello world" and min(ids) >= 3
+    assert tok.decode(ids + [tok.eos_id, 5, 6]) == "hello world"  # stops at end-of-text
+    assert tok.vocab_size == 31
+    with pytest.raises(ValueError, match="unique"):
+        CharTokenizer("aab")
+
+
+def test_fortune_cleaning(tmp_path):
+    (tmp_path / "quotes").write_text(
+        "The cat sat on the mat. It was 5 o'clock.\n\t\t-- Anonymous\n%\n"
+        "BOB: Mr. Smith went to NASA today. You are 'never' alone here.\n%\nToo short.\n")
+    (tmp_path / "quotes.dat").write_text("binary")
+    assert fortune_sentences(str(tmp_path)) == ["the cat sat on the mat", "you are never alone here"]
+    with pytest.raises(FileNotFoundError, match="fortunes"):
+        fortune_sentences(str(tmp_path / "missing"))
+
+
+def test_split_is_by_sentence_and_deterministic():
+    sentences = [f"sentence number {i}" for i in range(50)]
+    train, test = split_sentences(sentences, 10, seed=3)
+    assert len(test) == 10 and not set(train) & set(test) and sorted(train + test) == sorted(sentences)
+    assert split_sentences(sentences, 10, seed=3) == (train, test)
+
+
+def test_committed_test_set_is_readable_and_disjoint_from_training_text(test_rows):
+    assert len(test_rows) == 200
+    info = soundfile.info(test_rows[0]["audio"])
+    assert info.samplerate == 16000 and info.channels == 1
+    assert all(r["text"] == normalize_text(r["text"]) for r in test_rows)
+    try:
+        train, test = split_sentences(closed_vocabulary_sentences(), 200)
+    except FileNotFoundError:  # the fortunes package is only needed to regenerate data
+        return
+    assert sorted(r["text"] for r in test_rows) == test and not set(test) & set(train)
+
+
+def test_cached_decoder_matches_a_full_forward(test_rows):
+    model = tiny_model()
+    waves = [load_audio(r["audio"]) for r in test_rows[:3]]
+    padded = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True)
+    lengths = torch.tensor([w.numel() for w in waves])
+    with torch.no_grad():
+        enc = model.encode(padded, lengths)
+        tokens = torch.randint(3, 31, (3, 9))
+        _, full = model(*model.log_mel(padded, lengths), tokens)
+        adapter = ASRDecoderAdapter(model, enc)
+        state, first = adapter.prefill(tokens[:, :4])
+        rest = adapter.forward(state, tokens[:, 4:], torch.arange(4, 9).expand(3, -1)).logits
+        torch.testing.assert_close(torch.cat([first.logits, rest], 1), full.float(), rtol=1e-4, atol=1e-4)
+        # Each row alone: padding of the encoder batch changes nothing.
+        alone = model.encode(waves[1][None], lengths[1:2])
+        s1, o1 = ASRDecoderAdapter(model, alone).prefill(tokens[1:2])
+        torch.testing.assert_close(o1.logits, torch.cat([first.logits, rest], 1)[1:2], rtol=1e-4, atol=1e-4)
+        # Rows leave: the cross-attention state follows.
+        adapter.select_rows(state, torch.tensor([2, 0]))
+        nxt = adapter.forward(state, tokens[[2, 0], :1], torch.full((2, 1), 9)).logits
+        assert nxt.shape == (2, 1, 31)
+    with pytest.raises(ValueError, match="max_text_positions"):
+        adapter.forward(state, tokens[[2, 0], :1], torch.full((2, 1), 300))
+
+
+def test_pipeline_accepts_every_input_form_and_agrees(tmp_path, test_rows):
+    pipe = ASRPipeline(BundledRecognizer(tiny_model()))
+    path = test_rows[0]["audio"]
+    wave, rate = soundfile.read(path, dtype="float32")
+    ref = pipe(path, max_new_tokens=8).sequences
+    assert pipe(wave, sampling_rate=rate, max_new_tokens=8).sequences == ref
+    assert pipe(torch.from_numpy(wave), sampling_rate=16000, max_new_tokens=8).sequences == ref
+    assert pipe((wave, 16000), max_new_tokens=8).sequences == ref
+    assert pipe({"array": wave, "sampling_rate": 16000}, max_new_tokens=8).sequences == ref
+    pcm = (wave * 32767).astype(np.int16)
+    assert len(pipe(pcm, sampling_rate=16000, max_new_tokens=8).texts) == 1
+    # Other rates are resampled: a 22.05 kHz copy transcribes like the original resampled.
+    import torchaudio
+
+    up = torchaudio.functional.resample(torch.from_numpy(wave), 16000, 22050)
+    out = pipe([up.numpy(), path], sampling_rate=22050, max_new_tokens=8, batch_size=2)
+    assert len(out.texts) == 2 and out.stats.media_seconds > 0
+    # Batched == one by one.
+    many = [r["audio"] for r in test_rows[:5]]
+    assert pipe(many, batch_size=5, max_new_tokens=8).sequences == pipe(many, batch_size=1, max_new_tokens=8).sequences
+    # save / from_pretrained round trip.
+    pipe.save_pretrained(tmp_path / "asr")
+    again = ASRPipeline.from_pretrained(tmp_path / "asr")
+    assert again(path, max_new_tokens=8).sequences == ref
+    assert pipe(path, max_new_tokens=8, return_dict=False)[0] == pipe(path, max_new_tokens=8).texts
+
+
+def test_bad_audio_gets_clear_errors(tmp_path):
+    pipe = ASRPipeline(BundledRecognizer(tiny_model()))
+    with pytest.raises(ValueError, match="empty"):
+        pipe(np.zeros(0, dtype=np.float32), sampling_rate=16000)
+    with pytest.raises(ValueError, match="empty list"):
+        pipe([])
+    with pytest.raises(TypeError, match="sampling_rate must be a positive int"):
+        pipe(np.zeros(16000, dtype=np.float32), sampling_rate="16000")
+    with pytest.raises(TypeError, match="sampling_rate must be a positive int"):
+        pipe(np.zeros(16000, dtype=np.float32), sampling_rate=16000.0)
+    with pytest.raises(ValueError, match="needs sampling_rate"):
+        pipe(np.zeros(16000, dtype=np.float32))
+    with pytest.raises(ValueError, match="stereo"):
+        pipe(np.zeros((2, 16000), dtype=np.float32), sampling_rate=16000)
+    stereo = tmp_path / "stereo.wav"
+    soundfile.write(stereo, np.zeros((16000, 2), dtype=np.float32), 16000)
+    with pytest.raises(ValueError, match="2 channels"):
+        pipe(str(stereo))
+    bad = np.zeros(16000, dtype=np.float32)
+    bad[100] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        pipe(bad, sampling_rate=16000)
+    with pytest.raises(FileNotFoundError, match="no such audio file"):
+        pipe(str(tmp_path / "nope.wav"))
+    with pytest.raises(ValueError, match="too short"):
+        pipe(np.zeros(100, dtype=np.float32), sampling_rate=16000)
+    with pytest.raises(ValueError, match="batch_size"):
+        pipe(np.zeros(16000, dtype=np.float32), sampling_rate=16000, batch_size=0)
+    with pytest.raises(TypeError, match="file path"):
+        pipe([[0.0] * 1000], sampling_rate=16000)
+
+
+def test_error_rates_and_rtf():
+    rates = error_rates(["the cat sat", "a dog"], ["the cat sad", "A dog!"])
+    assert rates["wer"] == pytest.approx(1 / 5) and rates["cer"] == pytest.approx(1 / 16)
+    assert error_rates(["one two"], [""])["wer"] == 1.0
+    with pytest.raises(ValueError, match="empty"):
+        error_rates(["!!"], ["x"])
+    assert inverse_real_time_factor(2.0, 10.0) == 5.0

@@ -21,12 +21,14 @@ logger = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "mmspec.plugins"
 BUILTIN_MODULES = ("mmspec.common.textlm", "mmspec.plugins.ar", "mmspec.plugins.speculative",
                    "mmspec.plugins.jacobi", "mmspec.plugins.zipar",
-                   "mmspec.plugins.ssd", "mmspec.plugins.lantern")
+                   "mmspec.plugins.ssd", "mmspec.plugins.lantern", "mmspec.plugins.ctc_draft")
 MODALITIES = ("any", "text", "vision", "speech", "docs")
 # What modality-free plugins (`ar`) run on when no model is named: the main bundled job.
 PROJECT_DEFAULT_MODEL = "llamagen-tiny"
 # Bundled pipelines registered lazily (importing their modules pulls in diffusers).
-LAZY_BUNDLED = {"llamagen-tiny": ("vision", "mmspec.vision.pipeline:bundled_pipeline")}
+LAZY_BUNDLED = {"llamagen-tiny": ("vision", "mmspec.vision.pipeline:bundled_pipeline"),
+                "asr-tiny": ("speech", "mmspec.speech.pipeline:bundled_pipeline"),
+                "whisper-tiny-random": ("speech", "mmspec.speech.hf:tiny_random_pipeline")}
 
 _REGISTRY: dict[str, type] = {}
 _BUNDLED: dict[str, tuple[str, Any]] = {}  # model name -> (modality, factory(device) -> pipeline)

@@ -124,3 +124,12 @@ def tiny_text_tokenizer(**special_tokens):
                                                      pre_tokenizers.Digits(individual_digits=True)])
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
                                    unk_token="<unk>", extra_special_tokens=special_tokens)
+
+
+
+# ------------------------------------------------------------------------------------------------ speech
+def build_tiny_whisper_pair(seed: int = 0, decoder_layers: int = 2):
+    """Random tiny Whisper verifier + Wav2Vec2 CTC drafter as an HFSpeechRecognizer (see mmspec.speech.hf)."""
+    from mmspec.speech.hf import tiny_random_recognizer
+
+    return tiny_random_recognizer(seed, decoder_layers)

@@ -1,0 +1,219 @@
+"""`ctc_draft`: self-speculative ASR with the CTC head as the drafter (Saon, Dekel et al., arXiv:2603.11243).
+
+One encoder pass gives both the CTC posteriors and the decoder's conditioning. Per utterance:
+
+1. **Gate.** If the CTC posteriors are confident — the maximum (or, with ``gate="mean"``, the mean)
+   frame entropy over the utterance's own frames is at most ``tau`` — and the greedy CTC hypothesis is not
+   empty, the hypothesis is the transcript; the decoder never runs.
+2. **Verify.** Otherwise the hypothesis (re-tokenized into the decoder's vocabulary when they differ),
+   followed by end-of-text, is fed to the decoder in one forward. ``strict`` keeps the longest prefix that
+   equals the decoder's greedy choice (lossless: identical to plain AR greedy decoding); ``relaxed`` also
+   keeps a token whose decoder probability reaches ``floor`` (the paper's likelihood rule).
+3. **Resume.** The token after the kept prefix is the decoder's own, and plain AR continues from there
+   on the verify pass's KV cache, cropped to the kept prefix (the public notebooks restart from scratch).
+
+Rows are independent: each has its own gate decision, its own kept prefix and its own AR tail, and rows
+that finish leave the batch. ``mode="ctc"`` returns the CTC hypotheses (the speed ceiling).
+``strict`` is lossless only with the gate off (``tau="auto"`` or ``None``); setting ``tau`` trades that
+for speed, and the plugin then reports itself as lossy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from mmspec.common.accept import Acceptance, AcceptRule, Draft, GreedyMatch, SpeculativeSampling
+from mmspec.common.decoder import SpeculativeDecoder
+from mmspec.common.draft import Drafter
+from mmspec.common.plugin import Plugin
+from mmspec.common.registry import field_choices, field_range, register_plugin
+from mmspec.common.stats import DecodeStats
+
+from .kernels import ctc_greedy, floor_accept
+
+__all__ = ["CTCDraftPlugin", "CTCHypothesisDrafter", "OneHotDraftSampling", "ProbabilityFloor", "ctc_hypotheses"]
+
+# Relaxed mode's gate when none is given, in nats of max-frame entropy; calibrated on the bundled model
+# (see BENCHMARKS.md for the sweep).
+RELAXED_DEFAULT_TAU = 1.0
+
+
+class ProbabilityFloor(AcceptRule):
+    """Keep a draft token while it is the decoder's argmax or its probability is at least `floor`."""
+
+    name = "probability_floor"
+    lossless = False
+
+    def __init__(self, floor: float):
+        if not 0.0 <= floor <= 1.0:
+            raise ValueError(f"floor must be in [0, 1], got {floor!r}")
+        self.floor = floor
+
+    def __call__(self, draft, target_probs, generator=None):
+        if draft.tree is not None:
+            raise ValueError("probability_floor verifies chains only")
+        num, tokens = floor_accept(draft.tokens, target_probs, self.floor, draft.lengths)
+        return Acceptance(num, tokens)
+
+
+class OneHotDraftSampling(SpeculativeSampling):
+    """Speculative sampling for a deterministic draft (q is one-hot on the CTC token): keep it with
+    probability p(x), else sample from p with x removed. Lossless under sampling."""
+
+    name = "speculative_sampling_one_hot"
+    needs_draft_probs = False
+
+
+class CTCHypothesisDrafter(Drafter):
+    """Proposes each row's whole CTC hypothesis (+ end-of-text) once, then nothing: AR takes over."""
+
+    def __init__(self, hypotheses: list[list[int]], pad_id: int):
+        width = max(1, max(len(h) for h in hypotheses))
+        self.tokens = torch.full((len(hypotheses), width), pad_id, dtype=torch.long)
+        for i, h in enumerate(hypotheses):
+            self.tokens[i, :len(h)] = torch.tensor(h, dtype=torch.long)
+        self.lengths = torch.tensor([len(h) for h in hypotheses], dtype=torch.long)
+        self.proposed = False
+
+    def propose(self, ctx):
+        device = ctx.last_tokens.device
+        if self.proposed:
+            return Draft(tokens=torch.empty(ctx.last_tokens.shape[0], 0, dtype=torch.long, device=device))
+        self.proposed = True
+        # A row needs at most remaining − 1 drafts: the verify pass adds one token of its own.
+        lengths = torch.minimum(self.lengths.to(device), ctx.remaining - 1)
+        width = max(1, int(lengths.max()))
+        return Draft(tokens=self.tokens[:, :width].to(device), lengths=lengths)
+
+    def select_rows(self, rows):
+        self.tokens, self.lengths = self.tokens[rows.cpu()], self.lengths[rows.cpu()]
+
+
+@dataclass
+class CTCHypotheses:
+    ids: list[list[int]]  # decoder ids per row (no end-of-text)
+    max_entropy: torch.Tensor  # [B] float32
+    mean_entropy: torch.Tensor  # [B] float32
+    empty: torch.Tensor  # [B] bool: the CTC hypothesis has no token
+
+
+def ctc_hypotheses(recognizer, encoded) -> CTCHypotheses:
+    """Greedy CTC hypotheses of a batch in the decoder's vocabulary, with the gate statistics."""
+    tokens, counts, max_h, mean_h = ctc_greedy(encoded.ctc_logits, encoded.ctc_lengths, recognizer.ctc_blank_id)
+    ids = [recognizer.ctc_to_decoder_ids(tokens[b, : int(counts[b])].tolist()) for b in range(tokens.shape[0])]
+    empty = torch.tensor([len(x) == 0 for x in ids])
+    return CTCHypotheses(ids, max_h.cpu(), mean_h.cpu(), empty)
+
+
+@register_plugin("ctc_draft")
+class CTCDraftPlugin(Plugin):
+    modality = "speech"
+    lossless = True
+    paper = "arXiv:2603.11243"
+
+    @dataclass
+    class Config:
+        mode: str = field_choices(("strict", "relaxed", "ctc"), default="strict",
+                                  doc="strict: lossless greedy verification; relaxed: probability floor; "
+                                      "ctc: CTC hypotheses only")
+        tau: float | str | None = dataclasses.field(default="auto", metadata={
+            "doc": "entropy gate in nats: a number >= 0, None (off) or 'auto' (off for strict, "
+                   "RELAXED_DEFAULT_TAU for relaxed)"})
+        gate: str = field_choices(("max", "mean"), default="max", doc="frame-entropy statistic the gate reads")
+        floor: float = field_range(0.0, 1.0, default=0.1, doc="relaxed mode: decoder probability floor")
+
+    bench_default_variants = (
+        {"batch_size": 1, "settings": {"mode": "strict"}},
+        {"batch_size": 1, "settings": {"mode": "relaxed"}},
+        {"batch_size": 1, "settings": {"mode": "ctc"}},
+        {"batch_size": 8, "settings": {"mode": "strict"}},
+        {"batch_size": 8, "settings": {"mode": "relaxed"}},
+    )
+    bench_variants = tuple(
+        [{"batch_size": 1, "settings": {"mode": "relaxed", "tau": t}} for t in (0.5, 2.0, math.inf)]
+        + [{"batch_size": 1, "settings": {"mode": "relaxed", "gate": "mean", "tau": t}} for t in (0.1, 0.3)]
+        + [{"batch_size": 1, "settings": {"mode": "relaxed", "floor": f}} for f in (0.01, 0.3, 0.6)]
+        + [{"batch_size": 1, "settings": {"mode": "strict", "tau": 1.0}}]
+        + [{"batch_size": 1, "model": "whisper-tiny-random", "settings": {"mode": "strict"}}]
+    )
+
+    def __init__(self, **config):
+        super().__init__(**config)
+        tau = self.config.tau
+        number = isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau >= 0  # False for NaN
+        if not (tau is None or tau == "auto" or number):
+            raise ValueError(f"{type(self.config).__name__}.tau must be a number >= 0, None (gate off) or 'auto', "
+                             f"got {tau!r}")
+        self.lossless = self.config.mode == "strict" and self.tau is None  # the gate makes strict lossy
+
+    @property
+    def tau(self) -> float | None:
+        """The gate threshold in use (None: gate off)."""
+        if self.config.tau == "auto":
+            return RELAXED_DEFAULT_TAU if self.config.mode == "relaxed" else None
+        return None if self.config.tau is None else float(self.config.tau)
+
+    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
+        raise NotImplementedError("ctc_draft decodes through ASRPipeline (its drafter is the CTC head of the "
+                                  "same encoder pass); attach it to an ASRPipeline")
+
+    def transcribe(self, pipeline, encoded, logits, max_new_tokens: int, generator):
+        """Decoder ids per row (end-of-text included where produced) and the batch's DecodeStats."""
+        recognizer = pipeline.recognizer
+        eos = recognizer.eos_token_id
+        begin = time.perf_counter()
+        hyps = ctc_hypotheses(recognizer, encoded)
+        draft_time = time.perf_counter() - begin
+        batch = len(hyps.ids)
+        statistic = hyps.max_entropy if self.config.gate == "max" else hyps.mean_entropy
+        if self.config.mode == "ctc":
+            final = torch.ones(batch, dtype=torch.bool)
+        elif self.tau is None:
+            final = torch.zeros(batch, dtype=torch.bool)
+        else:
+            final = (statistic <= self.tau) & ~hyps.empty
+        sequences: list[list[int] | None] = [None] * batch
+        for b in final.nonzero().flatten().tolist():
+            sequences[b] = (hyps.ids[b] + [eos])[:max_new_tokens]
+        stats = DecodeStats(num_rows=0)
+        rows = (~final).nonzero().flatten()
+        if rows.numel():
+            if self.config.mode == "relaxed" and not logits.greedy:
+                raise ValueError("ctc_draft mode='relaxed' decodes greedily: use temperature=0 "
+                                 "(mode='strict' supports sampling)")
+            rule = ProbabilityFloor(self.config.floor) if self.config.mode == "relaxed" else (
+                GreedyMatch() if logits.greedy else OneHotDraftSampling())
+            drafts = [hyps.ids[b] + [eos] for b in rows.tolist()]
+            drafter = CTCHypothesisDrafter(drafts, pad_id=eos)
+            target = recognizer.decoder(encoded, rows.to(recognizer.device))
+            prompt = torch.tensor([recognizer.prompt_ids()] * rows.numel(), device=recognizer.device)
+            decoder = SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=drafter.tokens.shape[1],
+                                         eos_token_id=eos, pad_token_id=eos)
+            gens = [generator[b] for b in rows.tolist()] if isinstance(generator, list) else generator
+            out = decoder.generate(prompt, max_new_tokens=max_new_tokens, generator=gens)
+            for b, seq in zip(rows.tolist(), out.tolist()):
+                sequences[b] = seq
+            stats = out.stats
+        stats.time_draft_s += draft_time
+        stats.num_rows += int(final.sum())
+        stats.gated_rows += int(final.sum())
+        stats.tokens += sum(len(sequences[b]) for b in final.nonzero().flatten().tolist())
+        return sequences, stats
+
+    def bench_peer(self, pipeline, inputs, settings):
+        """`transformers` assisted generation on the same Whisper, when the pipeline carries an assistant."""
+        assistant = getattr(pipeline, "peer_assistant", None)
+        if assistant is None or not hasattr(pipeline.recognizer, "assisted_generation"):
+            return None
+        from mmspec.speech.pipeline import load_audio, pad_waves
+
+        waves, num_samples = pad_waves([load_audio(row["audio"]) for row in inputs])
+        out = pipeline.recognizer.assisted_generation(waves, num_samples, assistant, settings["max_new_tokens"])
+        return {"name": "transformers assisted generation (1-layer Whisper assistant)", "batch_size": 1,
+                "nfe_per_sample": out["target_nfe"] / len(inputs), "latency_s_per_sample": out["time_s"] / len(inputs),
+                "sequences": out["sequences"]}

@@ -171,3 +171,50 @@ def test_default_rules_follow_the_logits_pipeline(tiny_pair):
     target, _ = tiny_pair
     assert isinstance(SpeculativeDecoder(HFCausalLM(target), logits=GREEDY).accept_rule, GreedyMatch)
     assert isinstance(SpeculativeDecoder(HFCausalLM(target)).accept_rule, SpeculativeSampling)
+
+
+class FixedChains:
+    """Drafts each row's fixed continuation once, with its own length (a ragged chain), then nothing."""
+
+    def __init__(self, chains):
+        width = max(len(c) for c in chains)
+        self.tokens = torch.tensor([c + [0] * (width - len(c)) for c in chains])
+        self.lengths = torch.tensor([len(c) for c in chains])
+        self.done = False
+        self.tree = None
+
+    def begin(self, ids, mask):
+        pass
+
+    def propose(self, ctx):
+        from mmspec.common.accept import Draft
+
+        if self.done:
+            return Draft(tokens=torch.empty(len(ctx.last_tokens), 0, dtype=torch.long))
+        self.done = True
+        return Draft(tokens=self.tokens, lengths=self.lengths)
+
+    def commit(self, *args, **kwargs):
+        pass
+
+    def select_rows(self, rows):
+        self.tokens, self.lengths = self.tokens[rows], self.lengths[rows]
+
+
+def test_ragged_chain_lengths_are_respected(tiny_pair):
+    """Draft.lengths: padding past a row's length is never fed or accepted, and per-position acceptance
+    counts only rows that drafted there."""
+    target, _ = tiny_pair
+    ids = torch.randint(1, 64, (3, 5), generator=torch.Generator().manual_seed(4))
+    ar = SpeculativeDecoder(HFCausalLM(target), logits=GREEDY).generate(ids, max_new_tokens=12).sequences
+    right = ar.tolist()
+    # Row 0 drafts 6 right tokens; row 1 drafts 2 right tokens whose padding equals AR's third token (it must
+    # not count); row 2 drafts nothing.
+    drafter = FixedChains([right[0][:6], right[1][:2], []])
+    drafter.tokens[1, 2:] = right[1][2]
+    out = SpeculativeDecoder(HFCausalLM(target), drafter, GreedyMatch(), GREEDY, num_draft_tokens=6).generate(
+        ids, max_new_tokens=12)
+    assert torch.equal(out.sequences, ar)
+    # Steps per row: 1 + (12 − 7) for row 0, 1 + (12 − 3) for row 1 (its padding was not accepted), 12 for row 2.
+    assert out.stats.row_steps == 6 + 10 + 12
+    assert out.stats.drafted_per_position[:3] == [2, 2, 1] and out.stats.accepted_per_position[:3] == [2, 2, 1]

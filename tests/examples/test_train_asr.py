@@ -1,8 +1,6 @@
 """Smoke tests of the ASR data and training scripts: espeak-ng synthesis of a few sentences, a few training
 steps that resume exactly, and the saved folder loads as an ASRPipeline."""
 
-import runpy
-import sys
 from pathlib import Path
 
 import torch
@@ -10,18 +8,11 @@ import torch
 from mmspec.speech.data import load_test_set
 from mmspec.speech.pipeline import ASRPipeline
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from run_example import run_example
+
 TINY = "encoder_dim=32,encoder_layers=1,encoder_heads=2,encoder_ffn=64,decoder_dim=32,decoder_layers=1," \
        "decoder_heads=2,decoder_ffn=64"
-
-
-def run(script, args):
-    old = sys.argv
-    sys.argv = [str(EXAMPLES / script)] + [str(a) for a in args]
-    try:
-        runpy.run_path(str(EXAMPLES / script), run_name="__main__")
-    finally:
-        sys.argv = old
+run = run_example
 
 
 def test_make_data_then_train_resume_and_load(tmp_path):

@@ -1,23 +1,14 @@
 """Smoke tests of the vision training scripts: a few steps on a handful of real crops, then resume."""
 
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from run_example import run_example
 
-
-def run(script, args):
-    old = sys.argv
-    sys.argv = [str(EXAMPLES / script)] + [str(a) for a in args]
-    try:
-        runpy.run_path(str(EXAMPLES / script), run_name="__main__")
-    finally:
-        sys.argv = old
+run = run_example
 
 
 def weights(path: Path) -> dict:

@@ -89,7 +89,7 @@ class BundledRecognizer(SpeechRecognizer):
         directory = Path(directory)
         if not (directory / "config.json").exists():
             raise FileNotFoundError(f"no ASR model in {directory}: train one with examples/train_asr.py")
-        model = ASRModel.from_pretrained(str(directory)).to(device=device, dtype=dtype)
+        model = ASRModel.from_pretrained(str(directory), torch_dtype=dtype).to(device)
         return cls(model, CharTokenizer.from_pretrained(str(directory)), name=directory.name.replace("_", "-"))
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:

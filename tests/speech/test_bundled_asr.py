@@ -1,0 +1,47 @@
+"""The shipped asr-tiny model: it loads, transcribes the held-out set well enough for the speculative
+comparison to mean something, and `ctc_draft` strict gives AR's output on it, batch 1 and batch 8."""
+
+import pytest
+
+from mmspec import load_plugin
+from mmspec.speech.data import load_test_set
+from mmspec.speech.metrics import error_rates
+from mmspec.speech.pipeline import bundled_pipeline
+
+pytestmark = pytest.mark.usefixtures("torch_kernels_module")  # 24 utterances: kernels have their own tests
+
+
+@pytest.fixture(scope="module")
+def setup():
+    pipe = bundled_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+    rows = load_test_set()[:24]
+    ar = pipe([r["audio"] for r in rows], batch_size=8)
+    return pipe, rows, ar
+
+
+def test_bundled_model_transcribes_held_out_speech(setup):
+    pipe, rows, ar = setup
+    rates = error_rates([r["text"] for r in rows], ar.texts)
+    assert rates["cer"] < 0.1 and rates["wer"] < 0.3, rates  # a broken checkpoint or front end fails this
+
+
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_strict_equals_ar_on_the_bundled_model(setup, batch_size):
+    pipe, rows, ar = setup
+    load_plugin("ctc_draft", pipeline=pipe, mode="strict")
+    try:
+        out = pipe([r["audio"] for r in rows], batch_size=batch_size)
+    finally:
+        load_plugin("ar", pipeline=pipe)
+    assert out.sequences == ar.sequences
+    assert out.stats.nfe_per_sample < 0.75 * ar.stats.nfe_per_sample  # CTC drafts are largely kept when trained
+
+
+def test_relaxed_and_ctc_modes_run_on_the_bundled_model(setup):
+    pipe, rows, ar = setup
+    for mode in ("relaxed", "ctc"):
+        load_plugin("ctc_draft", pipeline=pipe, mode=mode)
+        out = pipe([r["audio"] for r in rows], batch_size=8)
+        assert len(out.texts) == len(rows) and out.stats.target_nfe <= ar.stats.target_nfe
+    load_plugin("ar", pipeline=pipe)

@@ -84,9 +84,28 @@ class SpeculativeSampling(AcceptRule):
         if draft.tree is not None:
             uniforms = draw_uniform(generator, batch, k + 2, target_probs.device)
             return tree_accept(draft, target_probs, uniforms, greedy=False)
+        if draft.lengths is not None:
+            return self._ragged(draft, target_probs, generator)
         uniforms = draw_uniform(generator, batch, k + 1, target_probs.device)
-        num, tokens = speculative_accept(draft.tokens, draft.probs, target_probs, uniforms[:, :k], uniforms[:, k],
-                                         draft.lengths)
+        num, tokens = speculative_accept(draft.tokens, draft.probs, target_probs, uniforms[:, :k], uniforms[:, k])
+        return Acceptance(num, tokens)
+
+    def _ragged(self, draft, target_probs, generator):
+        """Ragged chains: row b draws exactly lengths[b] + 1 uniforms, so with one generator per row its
+        samples do not depend on how long the other rows' drafts are."""
+        batch, k = draft.tokens.shape
+        lengths = draft.lengths.tolist()
+        if isinstance(generator, list):
+            rows = [torch.rand(n + 1, generator=g, device=g.device).cpu() for g, n in zip(generator, lengths)]
+        else:
+            rows = draw_uniform(generator, 1, sum(lengths) + batch, target_probs.device)[0].cpu().split(
+                [n + 1 for n in lengths])
+        uniforms = torch.zeros(batch, k)
+        residual = torch.empty(batch)
+        for b, (r, n) in enumerate(zip(rows, lengths)):
+            uniforms[b, :n], residual[b] = r[:n], r[n]
+        num, tokens = speculative_accept(draft.tokens, draft.probs, target_probs, uniforms.to(target_probs.device),
+                                         residual.to(target_probs.device), draft.lengths)
         return Acceptance(num, tokens)
 
 

@@ -79,6 +79,7 @@ class BundledRecognizer(SpeechRecognizer):
         if self.tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer has {self.tokenizer.vocab_size} ids, model {model.config.vocab_size}")
         self.ctc_blank_id = self.tokenizer.blank_id
+        self.word_boundary_ids = tuple(self.tokenizer.encode("a b")[1:2])  # the space character
         self.eos_token_id = self.tokenizer.eos_id
         self.device = next(model.parameters()).device
         self.name = name

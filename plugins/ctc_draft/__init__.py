@@ -9,8 +9,11 @@ One encoder pass gives both the CTC posteriors and the decoder's conditioning. P
    followed by end-of-text, is fed to the decoder in one forward. ``strict`` keeps the longest prefix that
    equals the decoder's greedy choice (lossless: identical to plain AR greedy decoding); ``relaxed`` also
    keeps a token whose decoder probability reaches ``floor`` (the paper's likelihood rule).
-3. **Resume.** The token after the kept prefix is the decoder's own, and plain AR continues from there
-   on the verify pass's KV cache, cropped to the kept prefix (the public notebooks restart from scratch).
+3. **Resume.** The token after the kept prefix is the decoder's own, and decoding continues from there
+   on the verify pass's KV cache, cropped to the kept prefix (the public notebooks restart from scratch):
+   with ``resync`` (default) the rest of the hypothesis, re-aligned past the correction, is drafted and
+   verified again, so one slip costs one more pass; without it, plain AR finishes the utterance (the
+   paper's procedure).
 
 Rows are independent: each has its own gate decision, its own kept prefix and its own AR tail, and rows
 that finish leave the batch. ``mode="ctc"`` returns the CTC hypotheses (the speed ceiling).
@@ -70,28 +73,62 @@ class OneHotDraftSampling(SpeculativeSampling):
 
 
 class CTCHypothesisDrafter(Drafter):
-    """Proposes each row's whole CTC hypothesis (+ end-of-text) once, then nothing: AR takes over."""
+    """Proposes each row's CTC hypothesis (+ end-of-text). Without `resync` it does so once, and AR
+    finishes the utterance after the first rejected token. With `resync`, after a rejection it drafts the
+    rest of the hypothesis again, aligned past the decoder's correction c of hypothesis token h[j]:
+    c == h[j+1] means CTC inserted h[j] (continue after h[j+1]); c a word boundary the hypothesis lacks
+    means CTC merged two words (continue at h[j]); otherwise a substitution (continue at h[j+1]). Every
+    draft is verified, so the alignment guess only affects speed, never the output."""
 
-    def __init__(self, hypotheses: list[list[int]], pad_id: int):
-        width = max(1, max(len(h) for h in hypotheses))
-        self.tokens = torch.full((len(hypotheses), width), pad_id, dtype=torch.long)
-        for i, h in enumerate(hypotheses):
-            self.tokens[i, :len(h)] = torch.tensor(h, dtype=torch.long)
-        self.lengths = torch.tensor([len(h) for h in hypotheses], dtype=torch.long)
+    def __init__(self, hypotheses: list[list[int]], pad_id: int, resync: bool = False,
+                 boundary_ids: tuple = ()):
+        self.hyps = [list(h) for h in hypotheses]
+        self.pad_id = pad_id
+        self.resync = resync
+        self.boundary_ids = set(boundary_ids)
+        self.cursor = [0] * len(self.hyps)  # index in the hypothesis of the next position's draft
         self.proposed = False
+
+    @property
+    def width(self) -> int:
+        return max(1, max(len(h) for h in self.hyps))
 
     def propose(self, ctx):
         device = ctx.last_tokens.device
-        if self.proposed:
-            return Draft(tokens=torch.empty(ctx.last_tokens.shape[0], 0, dtype=torch.long, device=device))
+        batch = ctx.last_tokens.shape[0]
+        if self.proposed and not self.resync:
+            return Draft(tokens=torch.empty(batch, 0, dtype=torch.long, device=device))
         self.proposed = True
         # A row needs at most remaining − 1 drafts: the verify pass adds one token of its own.
-        lengths = torch.minimum(self.lengths.to(device), ctx.remaining - 1)
-        width = max(1, int(lengths.max()))
-        return Draft(tokens=self.tokens[:, :width].to(device), lengths=lengths)
+        cap = (ctx.remaining - 1).tolist()
+        rows = [h[c:][: max(0, n)] for h, c, n in zip(self.hyps, self.cursor, cap)]
+        width = max(len(r) for r in rows)
+        if width == 0:
+            return Draft(tokens=torch.empty(batch, 0, dtype=torch.long, device=device))
+        tokens = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        for i, r in enumerate(rows):
+            tokens[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        return Draft(tokens=tokens.to(device), lengths=torch.tensor([len(r) for r in rows], device=device))
+
+    def commit(self, ctx, acceptance, target_probs=None, output=None):
+        if not self.resync:
+            return
+        for b, (num, correction) in enumerate(zip(acceptance.num_accepted.tolist(),
+                                                  acceptance.next_tokens.tolist())):
+            h, j = self.hyps[b], self.cursor[b] + num
+            if j >= len(h):
+                self.cursor[b] = len(h)
+            elif j + 1 < len(h) and correction == h[j + 1]:
+                self.cursor[b] = j + 2
+            elif correction in self.boundary_ids and h[j] not in self.boundary_ids:
+                self.cursor[b] = j
+            else:
+                self.cursor[b] = j + 1
 
     def select_rows(self, rows):
-        self.tokens, self.lengths = self.tokens[rows.cpu()], self.lengths[rows.cpu()]
+        keep = rows.tolist()
+        self.hyps = [self.hyps[i] for i in keep]
+        self.cursor = [self.cursor[i] for i in keep]
 
 
 @dataclass
@@ -126,6 +163,9 @@ class CTCDraftPlugin(Plugin):
                    "RELAXED_DEFAULT_TAU for relaxed)"})
         gate: str = field_choices(("max", "mean"), default="max", doc="frame-entropy statistic the gate reads")
         floor: float = field_range(0.0, 1.0, default=0.1, doc="relaxed mode: decoder probability floor")
+        resync: bool = field_choices((True, False), default=True,
+                                     doc="after a rejected token, draft the rest of the CTC hypothesis again "
+                                         "(aligned past the correction) instead of finishing in AR")
 
     bench_default_variants = (
         {"batch_size": 1, "settings": {"mode": "strict"}},
@@ -139,6 +179,8 @@ class CTCDraftPlugin(Plugin):
         + [{"batch_size": 1, "settings": {"mode": "relaxed", "gate": "mean", "tau": t}} for t in (0.1, 0.3)]
         + [{"batch_size": 1, "settings": {"mode": "relaxed", "floor": f}} for f in (0.01, 0.3, 0.6)]
         + [{"batch_size": 1, "settings": {"mode": "strict", "tau": 1.0}}]
+        + [{"batch_size": 1, "settings": {"mode": m, "resync": False}} for m in ("strict", "relaxed")]
+        + [{"batch_size": 8, "settings": {"mode": "strict", "resync": False}}]
         + [{"batch_size": 1, "model": "whisper-tiny-random", "settings": {"mode": "strict"}}]
     )
 
@@ -189,10 +231,11 @@ class CTCDraftPlugin(Plugin):
             rule = ProbabilityFloor(self.config.floor) if self.config.mode == "relaxed" else (
                 GreedyMatch() if logits.greedy else OneHotDraftSampling())
             drafts = [hyps.ids[b] + [eos] for b in rows.tolist()]
-            drafter = CTCHypothesisDrafter(drafts, pad_id=eos)
+            drafter = CTCHypothesisDrafter(drafts, pad_id=eos, resync=self.config.resync,
+                                           boundary_ids=tuple(getattr(recognizer, "word_boundary_ids", ())))
             target = recognizer.decoder(encoded, rows.to(recognizer.device))
             prompt = torch.tensor([recognizer.prompt_ids()] * rows.numel(), device=recognizer.device)
-            decoder = SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=drafter.tokens.shape[1],
+            decoder = SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=drafter.width,
                                          eos_token_id=eos, pad_token_id=eos)
             gens = [generator[b] for b in rows.tolist()] if isinstance(generator, list) else generator
             out = decoder.generate(prompt, max_new_tokens=max_new_tokens, generator=gens)

@@ -145,7 +145,7 @@ def test_strict_equals_ar_with_planted_drafts_ragged_batch(audio):
     # Row 0 needs one decoder pass; the others resume AR from their kept prefix on the verify pass's cache.
     one = run(PlantedCTC(recognizer, planted[:1]), audio[:1], {"mode": "strict"})
     assert one.stats.target_nfe == 1 and one.sequences == ar.sequences[:1]
-    two = run(PlantedCTC(recognizer, planted[1:2]), audio[1:2], {"mode": "strict"})
+    two = run(PlantedCTC(recognizer, planted[1:2]), audio[1:2], {"mode": "strict", "resync": False})
     assert two.stats.target_nfe == 1 + len(ar.sequences[1]) - 4  # verify, then one forward per token after
     # Batch 1 gives the same as the ragged batch.
     singles = [run(PlantedCTC(recognizer, [h]), [a], {"mode": "strict"}).sequences[0] for h, a in zip(planted, audio)]
@@ -326,3 +326,55 @@ def test_ctc_hypotheses_retokenize_for_whisper(audio):
     hyps = ctc_hypotheses(recognizer, planted.encode(waves, n))
     assert hyps.ids == [recognizer.text_to_decoder_ids("hi yo")]
     assert math.isfinite(float(hyps.max_entropy[0]))
+
+
+def test_resync_stays_lossless_and_redrafts_after_a_slip(audio, torch_kernels):
+    recognizer = BundledRecognizer(tiny_asr(sharpen=8.0))
+    ar = run(recognizer, audio)
+    texts = [s[:-1] if s[-1] == EOS else s for s in ar.sequences]
+    space = recognizer.word_boundary_ids[0]
+
+    def clean_spot(t):  # a position whose neighbours differ, so the slip is unambiguous
+        return next(i for i in range(2, len(t) - 2) if len({t[i - 1], t[i], t[i + 1], corrupted(t, i)[i]}) == 4)
+
+    s0 = clean_spot(texts[0])
+    merged = texts[2][:3] + texts[2][4:]  # CTC lost AR's 4th token (a missed word boundary if it is a space)
+    planted = [corrupted(texts[0], s0),  # substitution
+               texts[1][:3] + [9] + texts[1][3:],  # CTC inserted a token
+               merged, texts[3][:2]]
+    plain = run(PlantedCTC(recognizer, planted), audio, {"mode": "strict", "resync": False})
+    resync = run(PlantedCTC(recognizer, planted), audio, {"mode": "strict"})  # resync is the default
+    assert resync.sequences == ar.sequences == plain.sequences
+    assert resync.stats.nfe_per_sample < plain.stats.nfe_per_sample
+    # A substitution: verify, then one more verify of the re-aligned rest (which is right) finishes the row.
+    one = run(PlantedCTC(recognizer, planted[:1]), audio[:1], {"mode": "strict", "resync": True})
+    assert one.stats.target_nfe == 2
+    if texts[2][3] == space:  # the boundary rule applies only when the lost token is a space
+        two = run(PlantedCTC(recognizer, [merged]), audio[2:3], {"mode": "strict", "resync": True})
+        assert two.stats.target_nfe == 2
+    for batch_size in (1, 3):
+        again = run(recognizer, audio, {"mode": "relaxed", "tau": None, "resync": True}, batch_size=batch_size)
+        assert len(again.sequences) == 4
+
+
+def test_resync_alignment_rules():
+    from mmspec.common.draft import StepContext
+    from mmspec.plugins.ctc_draft import CTCHypothesisDrafter
+
+    space = 4
+    hyps = [[10, 11, 12, 13, EOS], [10, 11, 12, 13, EOS], [10, 11, 12, 13, EOS], [10, 11, 12, 13, EOS]]
+    drafter = CTCHypothesisDrafter(hyps, pad_id=EOS, resync=True, boundary_ids=(space,))
+    ctx = StepContext(last_tokens=torch.ones(4, dtype=torch.long), positions=torch.zeros(4, dtype=torch.long),
+                      num_draft_tokens=5, logits=LogitsPipeline(), generator=None,
+                      remaining=torch.full((4,), 50))
+    assert drafter.propose(ctx).tokens.tolist() == hyps
+    # Row 0: 11 was wrong, the decoder said 20 (substitution). Row 1: the decoder said 12 where 11 stood
+    # (CTC inserted 11). Row 2: the decoder said a space where 11 stood (CTC merged two words). Row 3: all kept.
+    num = torch.tensor([1, 1, 1, 5])
+    tokens = torch.tensor([[10, 20, -1, -1, -1, -1], [10, 12, -1, -1, -1, -1], [10, space, -1, -1, -1, -1],
+                           [10, 11, 12, 13, EOS, 7]])
+    drafter.commit(ctx, Acceptance(num, tokens))
+    assert drafter.cursor == [2, 3, 1, 5]
+    nxt = drafter.propose(ctx)
+    assert nxt.lengths.tolist() == [3, 2, 4, 0]
+    assert nxt.tokens[0, :3].tolist() == [12, 13, EOS] and nxt.tokens[2, :4].tolist() == [11, 12, 13, EOS]

@@ -129,6 +129,16 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
     return result
 
 
+def _config_text(r: dict) -> str:
+    """The row's plugin settings that differ from the plugin's defaults."""
+    defaults = asdict(get_plugin_class(r["plugin"]).Config())
+    return ", ".join(f"{k}={v}" for k, v in r["config"].items() if defaults.get(k) != v) or "defaults"
+
+
+def _exact_text(r: dict) -> str:
+    return "—" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.2f}"
+
+
 def format_table(results: list[dict]) -> str:
     head = ("| plugin | config | model | lossless | batch | sampling | mean accepted | NFE/sample (AR → plugin) | step compr. | "
             "latency s/sample (AR → plugin) | speedup | exact match | quality (AR → plugin) |")
@@ -137,18 +147,16 @@ def format_table(results: list[dict]) -> str:
         base, acc = r["baseline"], r["accelerated"]
         quality = ", ".join(f"{k} {base['quality'][k]:.3g} → {acc['quality'].get(k, float('nan')):.3g}"
                             for k in base["quality"])
-        exact = "—" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.2f}"
         s = r.get("settings", {})
         shown = [f"{k}={s[k]}" for k in ("temperature", "top_k", "top_p", "guidance_scale")
                  if s.get(k) is not None and not (k == "temperature" and s[k] == 0)]
         sampling = ", ".join((["greedy"] if s.get("temperature", 0) == 0 else []) + shown)
-        defaults = asdict(get_plugin_class(r["plugin"]).Config())
-        config = ", ".join(f"{k}={v}" for k, v in r["config"].items() if defaults.get(k) != v) or "defaults"
-        rows.append(f"| {r['plugin']} | {config} | {r['model']} | {'yes' if r['lossless'] else 'no'} | {r['batch_size']} | "
+        rows.append(f"| {r['plugin']} | {_config_text(r)} | {r['model']} | {'yes' if r['lossless'] else 'no'} | "
+                    f"{r['batch_size']} | "
                     f"{sampling} | "
                     f"{acc['mean_accepted']:.2f} | {base['nfe_per_sample']:.1f} → {acc['nfe_per_sample']:.1f} | "
                     f"{r['step_compression']:.2f}× | {base['latency_s_per_sample']:.3f} → "
-                    f"{acc['latency_s_per_sample']:.3f} | {r['speedup']:.2f}× | {exact} | {quality} |")
+                    f"{acc['latency_s_per_sample']:.3f} | {r['speedup']:.2f}× | {_exact_text(r)} | {quality} |")
     return "\n".join(rows)
 
 
@@ -182,14 +190,13 @@ def format_speech(results: list[dict]) -> str:
         base, acc = r["baseline"], r["accelerated"]
         wer_b, wer_a = base["quality"]["wer"], acc["quality"]["wer"]
         relative = f"{(wer_a - wer_b) / wer_b:+.0%}" if wer_b > 0 else "—"
-        defaults = asdict(get_plugin_class(r["plugin"]).Config())
-        config = ", ".join(f"{k}={v}" for k, v in r["config"].items() if defaults.get(k) != v) or "defaults"
         ceiling = ceilings.get((r["model"], r["batch_size"]))
-        exact = "—" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.2f}"
-        lines.append(f"| {r['plugin']} | {config} | {r['model']} | {r['batch_size']} | {wer_b:.1%} → {wer_a:.1%} "
+        lines.append(f"| {r['plugin']} | {_config_text(r)} | {r['model']} | {r['batch_size']} | "
+                     f"{wer_b:.1%} → {wer_a:.1%} "
                      f"({relative}) | {base['quality']['cer']:.1%} → {acc['quality']['cer']:.1%} | "
                      f"{base['inverse_rtf']:.0f} → {acc['inverse_rtf']:.0f} | {r['speedup']:.2f}× | "
-                     f"{'—' if ceiling is None else f'{ceiling:.2f}×'} | {acc['gated_fraction']:.0%} | {exact} |")
+                     f"{'—' if ceiling is None else f'{ceiling:.2f}×'} | {acc['gated_fraction']:.0%} | "
+                     f"{_exact_text(r)} |")
     return "\n".join(lines)
 
 

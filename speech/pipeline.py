@@ -180,20 +180,24 @@ class ASRPipeline:
         if hasattr(plugin, "transcribe"):
             sequences, stats = plugin.transcribe(self, encoded, logits, max_new_tokens, generator)
         else:
-            sequences, stats = self.decode(encoded, plugin, logits, max_new_tokens, generator)
+            def build(target, eos):
+                return plugin.build_decoder(self, target, logits, eos_token_id=eos, pad_token_id=eos)
+
+            sequences, stats = self.decode(encoded, build, max_new_tokens, generator)
         stats.time_encode_s += encode_time
         stats.time_total_s = time.perf_counter() - begin
         stats.media_seconds += float(num_samples.sum()) / SAMPLE_RATE
         texts = [self.recognizer.decoder_ids_to_text(s) for s in sequences]
         return texts, sequences, stats
 
-    def decode(self, encoded, plugin, logits, max_new_tokens, generator, rows: torch.Tensor | None = None):
-        """Run a plugin's decode loop on the decoder over `encoded` (rows: the subset to decode)."""
+    def decode(self, encoded, build_decoder, max_new_tokens, generator, rows: torch.Tensor | None = None):
+        """Run a decode loop on the decoder over `encoded` (rows: the subset to decode).
+
+        build_decoder(target, eos_token_id) -> SpeculativeDecoder: the plugin's loop over that decoder."""
         target = self.recognizer.decoder(encoded, rows)
         batch = encoded.ctc_lengths.shape[0] if rows is None else rows.numel()
         prompt = torch.tensor([self.recognizer.prompt_ids()] * batch, device=self.device)
-        eos = self.recognizer.eos_token_id
-        decoder = plugin.build_decoder(self, target, logits, eos_token_id=eos, pad_token_id=eos)
+        decoder = build_decoder(target, self.recognizer.eos_token_id)
         out = decoder.generate(prompt, max_new_tokens=max_new_tokens, generator=generator)
         return out.tolist(), out.stats
 

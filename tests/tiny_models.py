@@ -128,8 +128,14 @@ def tiny_text_tokenizer(**special_tokens):
 
 
 # ------------------------------------------------------------------------------------------------ speech
-def build_tiny_whisper_pair(seed: int = 0, decoder_layers: int = 2):
-    """Random tiny Whisper verifier + Wav2Vec2 CTC drafter as an HFSpeechRecognizer (see mmspec.speech.hf)."""
-    from mmspec.speech.hf import tiny_random_recognizer
+def tiny_asr_model(seed: int = 0, sharpen: float = 1.0):
+    """A random 1-layer-encoder, 2-layer-decoder ASRModel (d 32, no dropout); `sharpen` scales its output
+    layer so greedy decoding writes varied characters."""
+    from mmspec.speech.asr_model import ASRModel
 
-    return tiny_random_recognizer(seed, decoder_layers)
+    torch.manual_seed(seed)
+    model = ASRModel(encoder_dim=32, encoder_layers=1, encoder_heads=2, encoder_ffn=64, decoder_dim=32,
+                     decoder_layers=2, decoder_heads=2, decoder_ffn=64, dropout=0.0).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpen)
+    return model

@@ -233,15 +233,14 @@ class CTCDraftPlugin(Plugin):
             drafts = [hyps.ids[b] + [eos] for b in rows.tolist()]
             drafter = CTCHypothesisDrafter(drafts, pad_id=eos, resync=self.config.resync,
                                            boundary_ids=tuple(getattr(recognizer, "word_boundary_ids", ())))
-            target = recognizer.decoder(encoded, rows.to(recognizer.device))
-            prompt = torch.tensor([recognizer.prompt_ids()] * rows.numel(), device=recognizer.device)
-            decoder = SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=drafter.width,
-                                         eos_token_id=eos, pad_token_id=eos)
+            def build(target, eos_token_id):
+                return SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=drafter.width,
+                                          eos_token_id=eos_token_id, pad_token_id=eos_token_id)
+
             gens = [generator[b] for b in rows.tolist()] if isinstance(generator, list) else generator
-            out = decoder.generate(prompt, max_new_tokens=max_new_tokens, generator=gens)
-            for b, seq in zip(rows.tolist(), out.tolist()):
+            decoded, stats = pipeline.decode(encoded, build, max_new_tokens, gens, rows)
+            for b, seq in zip(rows.tolist(), decoded):
                 sequences[b] = seq
-            stats = out.stats
         stats.time_draft_s += draft_time
         stats.num_rows += int(final.sum())
         stats.gated_rows += int(final.sum())

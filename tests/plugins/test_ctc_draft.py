@@ -13,11 +13,11 @@ from mmspec.common.logits import LogitsPipeline
 from mmspec.plugins.ctc_draft import CTCDraftPlugin, ctc_hypotheses
 from mmspec.plugins.ctc_draft.kernels import (ctc_greedy, ctc_greedy_reference, floor_accept,
                                               floor_accept_reference, frame_entropy)
-from mmspec.speech.asr_model import ASRModel
 from mmspec.speech.data import load_test_set
+from mmspec.speech.hf import tiny_random_recognizer
 from mmspec.speech.pipeline import ASRPipeline, load_audio, pad_waves
 from mmspec.speech.recognizer import BundledRecognizer
-from tiny_models import build_tiny_whisper_pair
+from tiny_models import tiny_asr_model
 
 EOS = 2
 
@@ -80,15 +80,6 @@ def test_floor_accept_by_hand():
 
 
 # ------------------------------------------------------------------------------------------------ models
-def tiny_asr(seed=0, sharpen=1.0):
-    torch.manual_seed(seed)
-    model = ASRModel(encoder_dim=32, encoder_layers=1, encoder_heads=2, encoder_ffn=64, decoder_dim=32,
-                     decoder_layers=2, decoder_heads=2, decoder_ffn=64, dropout=0.0).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(sharpen)
-    return model
-
-
 class PlantedCTC:
     """Wraps a recognizer: its CTC head is replaced by one-hot frames spelling given hypotheses."""
 
@@ -131,7 +122,7 @@ def corrupted(seq, position, vocab=31):
 
 
 def test_strict_equals_ar_with_planted_drafts_ragged_batch(audio):
-    recognizer = BundledRecognizer(tiny_asr(sharpen=8.0))
+    recognizer = BundledRecognizer(tiny_asr_model(sharpen=8.0))
     ar = run(recognizer, audio)
     texts = [s[:-1] if s[-1] == EOS else s for s in ar.sequences]
     assert all(len(t) >= 6 for t in texts), "the tiny decoder should write a few characters"
@@ -153,14 +144,14 @@ def test_strict_equals_ar_with_planted_drafts_ragged_batch(audio):
 
 
 def test_strict_equals_ar_with_the_models_own_ctc(audio, torch_kernels):
-    recognizer = BundledRecognizer(tiny_asr(seed=3, sharpen=8.0))
+    recognizer = BundledRecognizer(tiny_asr_model(seed=3, sharpen=8.0))
     ar = run(recognizer, audio)
     for batch_size in (1, 3):
         assert run(recognizer, audio, {"mode": "strict"}, batch_size=batch_size).sequences == ar.sequences
 
 
 def test_relaxed_rule_floors(audio, torch_kernels):
-    recognizer = BundledRecognizer(tiny_asr(sharpen=8.0))
+    recognizer = BundledRecognizer(tiny_asr_model(sharpen=8.0))
     planted = [[3, 4, 5, 6], [7, 8], [9], [10, 11, 12, 13, 14]]
     strict = run(PlantedCTC(recognizer, planted), audio, {"mode": "strict"})
     # floor 1: only argmax matches pass (as strict), gate off.
@@ -178,7 +169,7 @@ def test_relaxed_rule_floors(audio, torch_kernels):
 
 
 def test_gate_takes_confident_ctc_and_skips_the_decoder(audio, torch_kernels):
-    recognizer = BundledRecognizer(tiny_asr())
+    recognizer = BundledRecognizer(tiny_asr_model())
     planted = [[3, 4, 5], [6, 7], [], [8]]
     confident = PlantedCTC(recognizer, planted, confidence=30.0)  # frame entropy ~ 1e-11 nats
     out = run(confident, audio, {"mode": "relaxed", "tau": 0.01})
@@ -227,7 +218,7 @@ def exact_law(recognizer, encoded_row, new_tokens, vocab):
 
 def test_strict_sampling_follows_the_decoder_law(audio, torch_kernels):
     """Temperature 1: drafts verified by speculative sampling keep the decoder's law (chi-square, 20 000)."""
-    model = tiny_asr(seed=5, sharpen=6.0)
+    model = tiny_asr_model(seed=5, sharpen=6.0)
     model.lm_head.bias.data[8:] -= 30.0  # five live characters (3..7) + EOS keep the law enumerable
     recognizer = BundledRecognizer(model)
     wave, n = pad_waves(audio[:1])
@@ -258,7 +249,7 @@ def test_strict_sampling_follows_the_decoder_law(audio, torch_kernels):
 
 
 def test_strict_sampling_through_the_pipeline_is_seeded(audio, torch_kernels):
-    recognizer = BundledRecognizer(tiny_asr(sharpen=3.0))
+    recognizer = BundledRecognizer(tiny_asr_model(sharpen=3.0))
     gens = lambda: [torch.Generator().manual_seed(i) for i in range(4)]  # noqa: E731
     a = run(recognizer, audio, {"mode": "strict"}, temperature=1.0, generator=gens())
     b = run(recognizer, audio, {"mode": "strict"}, temperature=1.0, generator=gens(), batch_size=1)
@@ -285,7 +276,7 @@ def test_bad_config_is_refused():
 
 # ------------------------------------------------------------------------------------------ HF adapters
 def test_whisper_wav2vec2_pair_strict_equals_ar(audio, torch_kernels):
-    recognizer = build_tiny_whisper_pair()
+    recognizer = tiny_random_recognizer()
     with torch.no_grad():  # steer the random decoder to characters so drafts can match
         bias = torch.full((40,), -1e4)
         bias[:28] = 0.0
@@ -310,7 +301,7 @@ def test_whisper_wav2vec2_pair_strict_equals_ar(audio, torch_kernels):
 def test_assisted_generation_peer_runs(audio, torch_kernels):
     from mmspec.speech.hf import tiny_random_whisper
 
-    recognizer = build_tiny_whisper_pair()
+    recognizer = tiny_random_recognizer()
     waves, n = pad_waves(audio[:2])
     peer = recognizer.assisted_generation(waves, n, tiny_random_whisper(7, decoder_layers=1), max_new_tokens=6)
     ar = run(recognizer, audio[:2], max_new_tokens=6)
@@ -319,7 +310,7 @@ def test_assisted_generation_peer_runs(audio, torch_kernels):
 
 
 def test_ctc_hypotheses_retokenize_for_whisper(audio):
-    recognizer = build_tiny_whisper_pair()
+    recognizer = tiny_random_recognizer()
     vocab = recognizer.ctc_vocabulary
     planted = PlantedCTC(recognizer, [[vocab.index(c) for c in "hi|yo"]])
     waves, n = pad_waves(audio[:1])
@@ -329,7 +320,7 @@ def test_ctc_hypotheses_retokenize_for_whisper(audio):
 
 
 def test_resync_stays_lossless_and_redrafts_after_a_slip(audio, torch_kernels):
-    recognizer = BundledRecognizer(tiny_asr(sharpen=8.0))
+    recognizer = BundledRecognizer(tiny_asr_model(sharpen=8.0))
     ar = run(recognizer, audio)
     texts = [s[:-1] if s[-1] == EOS else s for s in ar.sequences]
     space = recognizer.word_boundary_ids[0]

@@ -6,18 +6,13 @@ import pytest
 import soundfile
 import torch
 
-from mmspec.speech.asr_model import ASRDecoderAdapter, ASRModel
+from mmspec.speech.asr_model import ASRDecoderAdapter
 from mmspec.speech.data import closed_vocabulary_sentences, load_test_set, split_sentences
 from mmspec.speech.metrics import error_rates, inverse_real_time_factor
 from mmspec.speech.pipeline import ASRPipeline, load_audio
 from mmspec.speech.recognizer import BundledRecognizer
 from mmspec.speech.text import CharTokenizer, fortune_sentences, normalize_text
-
-
-def tiny_model(seed=0):
-    torch.manual_seed(seed)
-    return ASRModel(encoder_dim=32, encoder_layers=1, encoder_heads=2, encoder_ffn=64, decoder_dim=32,
-                    decoder_layers=2, decoder_heads=2, decoder_ffn=64, dropout=0.0).eval()
+from tiny_models import tiny_asr_model
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +61,7 @@ def test_committed_test_set_is_readable_and_disjoint_from_training_text(test_row
 
 
 def test_cached_decoder_matches_a_full_forward(test_rows):
-    model = tiny_model()
+    model = tiny_asr_model()
     waves = [load_audio(r["audio"]) for r in test_rows[:3]]
     padded = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True)
     lengths = torch.tensor([w.numel() for w in waves])
@@ -91,7 +86,7 @@ def test_cached_decoder_matches_a_full_forward(test_rows):
 
 
 def test_pipeline_accepts_every_input_form_and_agrees(tmp_path, test_rows):
-    pipe = ASRPipeline(BundledRecognizer(tiny_model()))
+    pipe = ASRPipeline(BundledRecognizer(tiny_asr_model()))
     path = test_rows[0]["audio"]
     wave, rate = soundfile.read(path, dtype="float32")
     ref = pipe(path, max_new_tokens=8).sequences
@@ -118,7 +113,7 @@ def test_pipeline_accepts_every_input_form_and_agrees(tmp_path, test_rows):
 
 
 def test_bad_audio_gets_clear_errors(tmp_path):
-    pipe = ASRPipeline(BundledRecognizer(tiny_model()))
+    pipe = ASRPipeline(BundledRecognizer(tiny_asr_model()))
     with pytest.raises(ValueError, match="empty"):
         pipe(np.zeros(0, dtype=np.float32), sampling_rate=16000)
     with pytest.raises(ValueError, match="empty list"):

@@ -1,10 +1,14 @@
 """`mmspec bench`: plain AR and a plugin on the same model, inputs, seeds and device, in one process.
 
 The JSON written here is a contract that later tools parse; keep its keys stable:
-plugin, model, device, num_samples, batch_size, seed, lossless, settings, config,
+plugin, pipeline, model, device, num_samples, batch_size, seed, lossless, settings, config,
 baseline{nfe_per_sample, latency_s_per_sample, quality{}},
 accelerated{nfe_per_sample, latency_s_per_sample, mean_accepted, acceptance_per_position[], quality{}},
-step_compression, speedup, exact_match_rate (null unless greedy), peer (null or {...}).
+step_compression (null when the plugin needs no target forward), speedup, exact_match_rate (null unless
+greedy), peer (null or {...}).
+
+Nothing here knows a modality: the pipeline gives the inputs, runs them, scores them, adds its own summary
+fields (`bench_summary`) and its own BENCHMARKS.md sections (`bench_sections`).
 """
 
 from __future__ import annotations
@@ -12,20 +16,21 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
 
-from .registry import get_plugin_class, list_plugins, parse_value
+from .registry import (bundled_model_info, bundled_models, get_pipeline_class, get_plugin_class, list_pipelines,
+                       list_plugins, parse_value)
 
 DEFAULT_NUM_SAMPLES = 16
 
 
 def split_settings(pipeline, plugin_cls, settings: dict) -> tuple[dict, dict]:
     """Split `--set` values into pipeline call settings and plugin config."""
-    call = dict(getattr(pipeline, "call_defaults", {}))
-    config_fields = set(getattr(plugin_cls.Config, "__dataclass_fields__", {}))
+    call = dict(pipeline.call_defaults)
+    config_fields = {f.name for f in fields(plugin_cls.Config)}
     config = {}
     for key, value in settings.items():
         if key in call:
@@ -38,26 +43,22 @@ def split_settings(pipeline, plugin_cls, settings: dict) -> tuple[dict, dict]:
     return call, config
 
 
-def _interleaved_runs(pipeline, baseline, accelerated, inputs, batch_size, seed, call):
-    """Run AR and the plugin batch by batch, alternating, so machine-load drift hits both alike."""
+def _interleaved_runs(baseline, accelerated, inputs, batch_size, seed, call):
+    """Run the AR and the plugin pipeline batch by batch, alternating, so machine-load drift hits both alike."""
     from .stats import DecodeStats
 
     runs = {"baseline": ([], DecodeStats(), 0.0), "accelerated": ([], DecodeStats(), 0.0)}
     for start in range(0, len(inputs), batch_size):
         chunk = inputs[start:start + batch_size]
-        for key, strategy in (("baseline", baseline), ("accelerated", accelerated)):
-            strategy.attach(pipeline)
+        for key, pipe in (("baseline", baseline), ("accelerated", accelerated)):
             begin = time.perf_counter()
-            sequences, stats = pipeline.bench_generate(chunk, batch_size, seed + start, call)
+            sequences, stats = pipe.bench_generate(chunk, batch_size, seed + start, call)
             seqs, total, elapsed = runs[key]
             runs[key] = (seqs + sequences, total.merge(stats), elapsed + time.perf_counter() - begin)
     return runs["baseline"], runs["accelerated"]
 
 
-def _summary(stats, latency, num_samples, quality, media_seconds=None) -> dict:
-    extra = {}
-    if media_seconds:  # speech: real-time factors over the same audio, and rows a gate finished early
-        extra = {"inverse_rtf": media_seconds / max(latency, 1e-9), "gated_fraction": stats.gated_rows / num_samples}
+def _summary(stats, latency, num_samples, quality, extra: dict) -> dict:
     return {**extra, "nfe_per_sample": stats.nfe_per_sample, "latency_s_per_sample": latency / num_samples,
             "tokens_per_sample": stats.tokens / num_samples, "mean_accepted": stats.mean_accepted,
             "acceptance_per_position": stats.acceptance_per_position, "target_nfe": stats.target_nfe,
@@ -84,29 +85,28 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
     pipeline = plugin_cls.default_pipeline(model=model, device=device)
     call, config = split_settings(pipeline, plugin_cls, settings or {})
     accelerated = plugin_cls(**config)
-    num_samples = num_samples or getattr(pipeline, "bench_num_samples", DEFAULT_NUM_SAMPLES)
+    num_samples = num_samples or pipeline.bench_num_samples
     inputs = pipeline.bench_inputs(num_samples, seed)
     greedy = call.get("temperature", 0.0) == 0
 
+    base_pipe, acc_pipe = baseline_cls().attach(pipeline), accelerated.attach(pipeline)
     # Warm both paths up on one input so one-off costs do not land on either side.
-    for strategy in (baseline_cls(), accelerated):
-        strategy.attach(pipeline)
-        pipeline.bench_generate(inputs[:1], 1, seed, call)
+    for pipe in (base_pipe, acc_pipe):
+        pipe.bench_generate(inputs[:1], 1, seed, call)
 
     progress(f"[bench] {plugin}: ar and {plugin} on {num_samples} samples, batch {batch_size}")
     (base_seq, base_stats, base_time), (acc_seq, acc_stats, acc_time) = _interleaved_runs(
-        pipeline, baseline_cls(), accelerated, inputs, batch_size, seed, call)
+        base_pipe, acc_pipe, inputs, batch_size, seed, call)
     peer = accelerated.bench_peer(pipeline, inputs, call)
     if peer is not None:
         peer_seq = peer.pop("sequences", None)
         if peer_seq is not None and greedy:
             peer["exact_match_rate_vs_ar"] = _exact_match(peer_seq, base_seq)
 
-    media = getattr(pipeline, "bench_media_seconds", None)
-    media_seconds = media(inputs) if media is not None else None
     result = {
         "plugin": plugin,
-        "model": getattr(pipeline, "model_name", model) or model,
+        "pipeline": pipeline.pipeline_name,
+        "model": pipeline.model_name or model,
         "device": device,
         "num_samples": num_samples,
         "batch_size": batch_size,
@@ -115,10 +115,12 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
         "settings": call,
         "config": asdict(accelerated.config),
         "baseline": _summary(base_stats, base_time, num_samples, pipeline.bench_quality(inputs, base_seq),
-                             media_seconds),
+                             pipeline.bench_summary(inputs, base_stats, base_time)),
         "accelerated": _summary(acc_stats, acc_time, num_samples, pipeline.bench_quality(inputs, acc_seq),
-                                media_seconds),
-        "step_compression": base_stats.nfe_per_sample / max(acc_stats.nfe_per_sample, 1e-9),
+                                pipeline.bench_summary(inputs, acc_stats, acc_time)),
+        # None when the plugin ran no target forward at all (e.g. CTC-only transcripts): no finite ratio.
+        "step_compression": (base_stats.nfe_per_sample / acc_stats.nfe_per_sample
+                             if acc_stats.nfe_per_sample > 0 else None),
         "speedup": base_time / max(acc_time, 1e-9),
         "exact_match_rate": _exact_match(acc_seq, base_seq) if greedy else None,
         "peer": peer,
@@ -129,14 +131,37 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
     return result
 
 
-def _config_text(r: dict) -> str:
+def config_text(r: dict) -> str:
     """The row's plugin settings that differ from the plugin's defaults."""
     defaults = asdict(get_plugin_class(r["plugin"]).Config())
     return ", ".join(f"{k}={v}" for k, v in r["config"].items() if defaults.get(k) != v) or "defaults"
 
 
-def _exact_text(r: dict) -> str:
+def exact_text(r: dict) -> str:
     return "—" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.2f}"
+
+
+def sampling_text(settings: dict) -> str:
+    """'greedy' or the sampling settings of a row: the logits pipeline's first, then the pipeline's own."""
+    order = ["temperature", "top_k", "top_p"] + [k for k in settings if k not in ("temperature", "top_k", "top_p")]
+    shown = [f"{k}={settings[k]}" for k in order if k in settings and k != "max_new_tokens"
+             and settings[k] is not None and not (k == "temperature" and settings[k] == 0)]
+    return ", ".join((["greedy"] if settings.get("temperature", 0) == 0 else []) + shown)
+
+
+def compression_text(r: dict) -> str:
+    """Step compression, or ∞ for a plugin that ran no target forward."""
+    return "∞" if r["step_compression"] is None else f"{r['step_compression']:.2f}×"
+
+
+def pipeline_sections(results: list[dict]) -> list[tuple[str, str, str]]:
+    """Each registered pipeline's own BENCHMARKS.md sections, over the rows measured on it."""
+    sections = []
+    for name in list_pipelines():
+        rows = [r for r in results if r.get("pipeline") == name]
+        if rows:
+            sections += get_pipeline_class(name).bench_sections(rows)
+    return sections
 
 
 def format_table(results: list[dict]) -> str:
@@ -147,16 +172,13 @@ def format_table(results: list[dict]) -> str:
         base, acc = r["baseline"], r["accelerated"]
         quality = ", ".join(f"{k} {base['quality'][k]:.3g} → {acc['quality'].get(k, float('nan')):.3g}"
                             for k in base["quality"])
-        s = r.get("settings", {})
-        shown = [f"{k}={s[k]}" for k in ("temperature", "top_k", "top_p", "guidance_scale")
-                 if s.get(k) is not None and not (k == "temperature" and s[k] == 0)]
-        sampling = ", ".join((["greedy"] if s.get("temperature", 0) == 0 else []) + shown)
-        rows.append(f"| {r['plugin']} | {_config_text(r)} | {r['model']} | {'yes' if r['lossless'] else 'no'} | "
+        sampling = sampling_text(r.get("settings", {}))
+        rows.append(f"| {r['plugin']} | {config_text(r)} | {r['model']} | {'yes' if r['lossless'] else 'no'} | "
                     f"{r['batch_size']} | "
                     f"{sampling} | "
                     f"{acc['mean_accepted']:.2f} | {base['nfe_per_sample']:.1f} → {acc['nfe_per_sample']:.1f} | "
-                    f"{r['step_compression']:.2f}× | {base['latency_s_per_sample']:.3f} → "
-                    f"{acc['latency_s_per_sample']:.3f} | {r['speedup']:.2f}× | {_exact_text(r)} | {quality} |")
+                    f"{compression_text(r)} | {base['latency_s_per_sample']:.3f} → "
+                    f"{acc['latency_s_per_sample']:.3f} | {r['speedup']:.2f}× | {exact_text(r)} | {quality} |")
     return "\n".join(rows)
 
 
@@ -177,29 +199,6 @@ def format_peers(results: list[dict]) -> str:
                       "peer exact match vs AR |", "|---|---|---|---|---|"] + lines)
 
 
-def format_speech(results: list[dict]) -> str:
-    """Rows measured on audio: WER next to inverse real-time factors, and the ceiling a method could reach
-    (AR time / CTC-only time: the `ctc_draft` row with mode=ctc at the same batch size and model)."""
-    speech = [r for r in results if "inverse_rtf" in r["accelerated"]]
-    if not speech:
-        return ""
-    ceilings = {(r["model"], r["batch_size"]): r["speedup"] for r in speech if r["config"].get("mode") == "ctc"}
-    lines = ["| plugin | config | model | batch | WER AR → plugin (relative) | CER AR → plugin "
-             "| inverse RTF AR → plugin | speed-up | ceiling | gated | exact match |", "|" + "---|" * 11]
-    for r in speech:
-        base, acc = r["baseline"], r["accelerated"]
-        wer_b, wer_a = base["quality"]["wer"], acc["quality"]["wer"]
-        relative = f"{(wer_a - wer_b) / wer_b:+.0%}" if wer_b > 0 else "—"
-        ceiling = ceilings.get((r["model"], r["batch_size"]))
-        lines.append(f"| {r['plugin']} | {_config_text(r)} | {r['model']} | {r['batch_size']} | "
-                     f"{wer_b:.1%} → {wer_a:.1%} "
-                     f"({relative}) | {base['quality']['cer']:.1%} → {acc['quality']['cer']:.1%} | "
-                     f"{base['inverse_rtf']:.0f} → {acc['inverse_rtf']:.0f} | {r['speedup']:.2f}× | "
-                     f"{'—' if ceiling is None else f'{ceiling:.2f}×'} | {acc['gated_fraction']:.0%} | "
-                     f"{_exact_text(r)} |")
-    return "\n".join(lines)
-
-
 def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
     env = results[0]["environment"] if results else {}
     text = [
@@ -213,12 +212,8 @@ def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
         format_table(results),
         "",
     ]
-    speech = format_speech(results)
-    if speech:
-        text += ["## Speech: word error and real-time factors", "",
-                 "Inverse RTF = seconds of audio per second of wall-clock (encoder included). Ceiling = AR time / "
-                 "CTC-only time at the same batch size: the most any CTC-drafted method could gain. Gated = "
-                 "utterances the entropy gate finished without the decoder.", "", speech, ""]
+    for title, intro, table in pipeline_sections(results):
+        text += [f"## {title}", "", intro, "", table, ""]
     peers = format_peers(results)
     if peers:
         text += ["## Side by side with peer implementations", "", peers, ""]
@@ -233,10 +228,6 @@ def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
 
 # Extra rows `--all` adds per plugin beyond its defaults: ragged batches and sampling.
 ALL_VARIANTS = ({"batch_size": 1}, {"batch_size": 4}, {"batch_size": 1, "settings": {"temperature": 1.0}})
-
-
-# Plain-AR rows that document a bundled model's own quality (with and without guidance).
-BASELINE_ROWS = (("llamagen-tiny", {"guidance_scale": 3.0}), ("llamagen-tiny", {"guidance_scale": 1.0}))
 
 
 def run_all(markdown: str | Path | None, json_path: str | Path | None, device: str = "cpu", seed: int = 0,
@@ -259,14 +250,15 @@ def run_all(markdown: str | Path | None, json_path: str | Path | None, device: s
         if json_path:  # after every row, so a long run that is interrupted keeps what it measured
             Path(json_path).write_text(json.dumps(results, indent=2))
 
-    if "ar" in selected:
-        for model, settings in BASELINE_ROWS:
-            add(run_bench("ar", model=model, device=device, seed=seed, progress=progress, settings=settings))
+    if "ar" in selected:  # plain-AR rows that document a bundled model's own quality, as it declares them
+        for model in bundled_models():
+            for settings in bundled_model_info(model).bench_ar_rows:
+                add(run_bench("ar", model=model, device=device, seed=seed, progress=progress, settings=settings))
     for name in selected:
         if name == "ar":
             continue
         plugin_cls = get_plugin_class(name)
-        variants = getattr(plugin_cls, "bench_default_variants", None) or ALL_VARIANTS
+        variants = plugin_cls.bench_default_variants or ALL_VARIANTS
         for variant in tuple(variants) + tuple(plugin_cls.bench_variants):
             add(run_bench(name, model=variant.get("model"), device=device, seed=seed, progress=progress,
                           num_samples=variant.get("num_samples"), batch_size=variant.get("batch_size", 1),

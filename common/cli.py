@@ -50,16 +50,36 @@ def cmd_bench(args) -> int:
 def cmd_generate(args) -> int:
     from .bench import parse_settings, split_settings
 
+    if args.plugin is None:
+        if args.help:
+            args.generate_parser.print_help()
+            return 0
+        raise ValueError(f"name a PLUGIN (one of {', '.join(list_plugins())})")
     plugin_cls = get_plugin_class(args.plugin)
     pipeline = plugin_cls.default_pipeline(model=args.model, device=args.device)
+    # The pipeline's own input flags (--prompt, --audio, ...): parse what the generic parser left over.
+    pipeline_parser = argparse.ArgumentParser(prog=f"mmspec generate {args.plugin}", add_help=False,
+                                              description=f"input flags of {type(pipeline).__name__}")
+    pipeline.add_cli_arguments(pipeline_parser)
+    if args.help:
+        args.generate_parser.print_help()
+        print()
+        pipeline_parser.print_help()
+        return 0
+    extra, unknown = pipeline_parser.parse_known_args(args.pipeline_args)
+    if unknown:
+        flags = sorted(a.option_strings[0] for a in pipeline_parser._actions) or ["(none)"]
+        raise ValueError(f"unrecognized arguments {unknown} for a {type(pipeline).__name__}; its input flags: "
+                         f"{', '.join(flags)}")
+    for key, value in vars(extra).items():
+        setattr(args, key, value)
     call, config = split_settings(pipeline, plugin_cls, parse_settings(args.set))
-    plugin_cls(**config).attach(pipeline)
-    return pipeline.cli_generate(args, call)
+    return plugin_cls(**config).attach(pipeline).cli_generate(args, call)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mmspec", description="Speculative, Jacobi and parallel decoding "
-                                     "for AR image, speech and document generators.")
+                                     "for autoregressive generators of any modality.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="list registered plugins")
@@ -83,23 +103,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("generate", help="generate with a plugin on the bundled model")
-    p.add_argument("plugin")
+    p = sub.add_parser("generate", help="generate with a plugin on the bundled model", add_help=False,
+                       epilog="The bundled model's pipeline adds its own input flags; `mmspec generate PLUGIN "
+                              "[--model NAME] --help` lists them.")
+    p.add_argument("-h", "--help", action="store_true", help="show this help (with the pipeline's flags)")
+    p.add_argument("plugin", nargs="?")
     p.add_argument("--model", default=None)
-    p.add_argument("--prompt", action="append", default=[], help="text prompt (repeatable)")
-    p.add_argument("--audio", action="append", default=[], help="audio file to transcribe (repeatable; speech)")
     p.add_argument("--num", type=int, default=4, help="number of samples when no prompt is given")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--out", default=None, help="output file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.set_defaults(func=cmd_generate)
+    p.set_defaults(func=cmd_generate, generate_parser=p)
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "generate":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.pipeline_args = rest
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # weight-loading bars would bury the tables

@@ -1,16 +1,21 @@
-"""SpeculativeDecoder: the one loop every plugin runs.
+"""The `Decoder` protocol and `SpeculativeDecoder`, the draft/verify loop most plugins run.
 
     draft -> verify (one target forward) -> accept -> commit / roll back -> stats
 
 Rows advance independently: each keeps its own accepted length and position,
 finished rows leave the batch, and nothing waits for the slowest row. With no
 drafter (K = 0) the same loop is plain autoregressive decoding.
+
+Every decoder a plugin builds implements `Decoder`: this loop, the schedule
+decoder (`mmspec.common.schedule`), the verified next-set decoder of `zipar`,
+and decoders that wrap this loop (`ctc_draft`'s gate).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -62,6 +67,22 @@ class GenerationOutput:
         return [self.sequences[b, : int(n)].tolist() for b, n in enumerate(self.lengths)]
 
 
+@runtime_checkable
+class Decoder(Protocol):
+    """What a pipeline runs: prompts in, generated tokens and their statistics out.
+
+    input_ids [B, T] (any padding side with attention_mask [B, T]); `prefill_input` lets an adapter that
+    needs more than ids (CFG: 2B rows) receive its own prefill arguments, its last column the same tokens
+    as input_ids'. generator: None, one torch.Generator, or one per row (then row b's randomness depends
+    on generator b only). callback(step, info) after every step, info = {"rows", "tokens", "num_accepted"}.
+    """
+
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                 max_new_tokens: int, generator=None, prefill_input: tuple | None = None,
+                 callback=None) -> "GenerationOutput":
+        ...
+
+
 class SpeculativeDecoder:
     def __init__(self, target: ARModel, drafter: Drafter | None = None, accept_rule: AcceptRule | None = None,
                  logits: LogitsPipeline | None = None, num_draft_tokens: int = 0,
@@ -87,13 +108,7 @@ class SpeculativeDecoder:
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                  max_new_tokens: int, generator=None, prefill_input: tuple | None = None,
                  callback=None) -> GenerationOutput:
-        """Generate up to max_new_tokens per row.
-
-        input_ids [B, T] (any padding side with attention_mask). `prefill_input`
-        lets an adapter that needs more than ids (CFG: 2B rows) receive its own
-        prefill arguments; its last column must be the same tokens as input_ids'.
-        callback(step, info) is called after every step with the committed tokens.
-        """
+        """Generate up to max_new_tokens per row (the `Decoder` contract)."""
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
         begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator)

@@ -1,18 +1,22 @@
 """The Plugin base class: a decoding strategy with a validated config.
 
-A plugin turns a pipeline's target adapter into a `SpeculativeDecoder`
-(drafter + acceptance rule). Pipelines call `plugin.build_decoder(...)` on
-every generation, so one pipeline can switch plugins with `attach`.
+A plugin turns what a pipeline hands it for one generation (a `DecodeRequest`: the target adapter, the
+logits pipeline, the token structure of this call, ...) into a `Decoder`. Pipelines call
+`plugin.build_decoder(pipeline, request)` through their one hook, `Pipeline.run_decoder`, on every
+generation. What a plugin needs from a pipeline is declared (`requires`, `needs_draft_model`) and checked
+by `load_plugin` before any heavy work; nothing is probed.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
-from .decoder import SpeculativeDecoder
+from .decoder import Decoder
 from .logits import LogitsPipeline
 from .model import ARModel
-from .registry import load_bundled_pipeline, make_config
+from .registry import make_config
+from .structure import TokenStructure, structure_names
 
 
 @dataclass
@@ -20,12 +24,29 @@ class NoConfig:
     pass
 
 
+@dataclass
+class DecodeRequest:
+    """What a pipeline hands a plugin for one generation."""
+
+    target: ARModel  # the model that verifies (CFG already folded in when guidance is on)
+    logits: LogitsPipeline  # temperature / top-k / top-p, applied alike to drafts and target
+    structure: TokenStructure  # the shape of this call's tokens (e.g. this image's code grid)
+    eos_token_id: int | None = None
+    pad_token_id: int = -1
+    draft_model: ARModel | None = None  # a separate draft model over the target's vocabulary, if any
+    conditioning: object = None  # the modality's encoder output for this batch (opaque to the core)
+    extra: dict = field(default_factory=dict)  # anything else a modality passes its own plugins
+
+
 class Plugin:
     name: str = "base"
-    modality: str = "text"
+    modality: str = "text"  # a label for listing and for the default bundled model; "any" runs everywhere
     lossless: bool = True
     paper: str = ""
     Config: type = NoConfig
+    requires: type | tuple = TokenStructure  # the token structure(s) this plugin decodes
+    needs_draft_model: bool = False  # the pipeline must carry a separate draft model
+    default_model: str | None = None  # bundled model benchmarked by default (None: the modality's default)
     bench_variants: tuple = ()  # extra `mmspec bench --all` rows, e.g. ({"settings": {"window": 8}, "batch_size": 4,
     #                             "num_samples": 40},); keys default to batch 1, the pipeline's sample count and
     #                             the plugin's default model ("model": a bundled model name)
@@ -40,24 +61,37 @@ class Plugin:
     @classmethod
     def default_pipeline(cls, model: str | None = None, device: str = "cpu"):
         """The bundled pipeline this plugin is benchmarked on (`model` names one, None: the default)."""
-        return load_bundled_pipeline(model, cls.modality, device)
+        from .registry import load_bundled_pipeline
 
-    def attach(self, pipeline):
-        modality = getattr(pipeline, "modality", None)
-        if self.modality != "any" and modality != self.modality:
-            raise ValueError(f"plugin {self.name!r} is for {self.modality} pipelines, got a {modality} pipeline "
-                             f"({type(pipeline).__name__})")
-        self.check_pipeline(pipeline)
-        pipeline.plugin = self
-        return pipeline
+        return load_bundled_pipeline(model if model is not None else cls.default_model, cls.modality, device)
 
     def check_pipeline(self, pipeline) -> None:
-        """Raise if the pipeline lacks what this plugin needs (e.g. a draft model)."""
+        """Raise a clear error if `pipeline` does not offer what this plugin declares it needs."""
+        from .pipeline import Pipeline
 
-    def build_decoder(self, pipeline, target: ARModel, logits: LogitsPipeline, *, eos_token_id=None,
-                      pad_token_id: int = -1, grid: tuple[int, int] | None = None) -> SpeculativeDecoder:
-        """grid: (rows, columns) of the code grid when the tokens form one (images), else None."""
+        if not isinstance(pipeline, Pipeline):
+            raise TypeError(f"plugin {self.name!r} needs an mmspec Pipeline, got {type(pipeline).__name__}")
+        offered = pipeline.token_structure
+        if not isinstance(offered, self.requires):
+            raise ValueError(f"plugin {self.name!r} decodes {structure_names(self.requires)} tokens; "
+                             f"{type(pipeline).__name__} offers {offered.describe()}")
+        if self.needs_draft_model and pipeline.draft_model is None:
+            raise ValueError(f"plugin {self.name!r} needs a draft model: give the pipeline draft_model=")
+
+    def attach(self, pipeline):
+        """A new pipeline that shares `pipeline`'s components and decodes with this plugin; the given one
+        is left as it was."""
+        self.check_pipeline(pipeline)
+        return pipeline.with_plugin(self)
+
+    def build_decoder(self, pipeline, request: DecodeRequest) -> Decoder:
         raise NotImplementedError
+
+    # --- persistence (save_pretrained / from_pretrained of a pipeline) ----
+    def save_pretrained(self, directory: Path) -> dict:
+        """Write any trained weights this plugin decodes with under `directory` and return the config
+        overrides that point at them (paths relative to `directory`); the default saves nothing."""
+        return {}
 
     def bench_peer(self, pipeline, inputs, settings: dict) -> dict | None:
         """Optionally run a peer implementation of the same method for side-by-side numbers."""

@@ -1,10 +1,18 @@
-"""Plugin registry: `@register_plugin`, `list_plugins`, `load_plugin`, entry-point discovery.
+"""Registries: plugins, pipelines and bundled models, with entry-point discovery for third parties.
 
-A plugin is a class with a config dataclass; its fields' metadata give the
-allowed range (`range=(lo, hi)`) or values (`choices=...`) so bad values fail
-with an error naming the field. Third-party packages add plugins through the
-entry-point group `mmspec.plugins` (the entry point may name a plugin class or
-a module that registers plugins on import).
+- `@register_plugin("name")` registers a Plugin subclass; `list_plugins`, `load_plugin`.
+- `register_pipeline("name", cls)` registers a Pipeline class (what `from_pretrained` folders, bench
+  sections and CLI flags are looked up by).
+- `register_bundled_model("name", factory, modality=...)` makes a ready pipeline loadable by name
+  (`--model NAME`, a plugin's default); the factory may be "module:function", imported when first used.
+
+Nothing here names a modality: the package's own modalities register themselves from modules the
+package lists (`register_builtin_modules`, called by `mmspec/__init__.py`), third parties through the
+entry-point groups `mmspec.plugins` and `mmspec.pipelines` (an entry point names a class to register
+under its name, or a module that registers things on import).
+
+A plugin's config is a dataclass; its fields' metadata give the allowed range (`range=(lo, hi)`) or
+values (`choices=...`) so bad values fail with an error naming the field.
 """
 
 from __future__ import annotations
@@ -14,41 +22,52 @@ import importlib
 import importlib.metadata
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "mmspec.plugins"
-BUILTIN_MODULES = ("mmspec.common.textlm", "mmspec.plugins.ar", "mmspec.plugins.speculative",
-                   "mmspec.plugins.jacobi", "mmspec.plugins.zipar",
-                   "mmspec.plugins.ssd", "mmspec.plugins.lantern", "mmspec.plugins.ctc_draft")
-MODALITIES = ("any", "text", "vision", "speech", "docs")
-# What modality-free plugins (`ar`) run on when no model is named: the main bundled job.
-PROJECT_DEFAULT_MODEL = "llamagen-tiny"
-# Bundled pipelines registered lazily (importing their modules pulls in diffusers).
-LAZY_BUNDLED = {"llamagen-tiny": ("vision", "mmspec.vision.pipeline:bundled_pipeline"),
-                "asr-tiny": ("speech", "mmspec.speech.pipeline:bundled_pipeline"),
-                "whisper-tiny-random": ("speech", "mmspec.speech.hf:tiny_random_pipeline")}
+PIPELINE_ENTRY_POINT_GROUP = "mmspec.pipelines"
+ANY_MODALITY = "any"  # a plugin of this modality runs on every pipeline whose structure it accepts
+
+
+@dataclass
+class BundledModel:
+    name: str
+    modality: str
+    factory: Any  # callable(device) -> pipeline, or "module:function"
+    default: bool = False  # the modality's default model
+    project_default: bool = False  # the default of modality-free plugins (`ar`)
+    bench_ar_rows: tuple = ()  # call settings of the plain-AR rows `bench --all` documents this model with
+
 
 _REGISTRY: dict[str, type] = {}
-_BUNDLED: dict[str, tuple[str, Any]] = {}  # model name -> (modality, factory(device) -> pipeline)
+_PIPELINES: dict[str, type] = {}
+_BUNDLED: dict[str, BundledModel] = {}
+_BUILTIN_MODULES: list[str] = []
 _ENTRY_POINT_ERRORS: dict[str, str] = {}
 _discovered = False
+
+
+def _check_name(kind: str, name) -> None:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{kind} name must be a non-empty string, got {name!r}")
 
 
 def register_plugin(name: str):
     """Class decorator: register a Plugin subclass under `name`."""
 
     def wrap(cls):
-        if not isinstance(name, str) or not name:
-            raise ValueError("plugin name must be a non-empty string")
+        _check_name("plugin", name)
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise ValueError(f"plugin {name!r} is already registered by {_REGISTRY[name].__module__}")
         for attr in ("modality", "lossless", "paper", "Config"):
             if not hasattr(cls, attr):
                 raise TypeError(f"plugin {name!r} must define class attribute {attr!r}")
-        if cls.modality not in MODALITIES:
-            raise ValueError(f"plugin {name!r}: modality must be one of {MODALITIES}, got {cls.modality!r}")
+        if not isinstance(cls.modality, str) or not cls.modality:
+            raise ValueError(f"plugin {name!r}: modality must be a non-empty string (a label such as 'text', "
+                             f"or {ANY_MODALITY!r}), got {cls.modality!r}")
         cls.name = name
         _REGISTRY[name] = cls
         return cls
@@ -56,39 +75,121 @@ def register_plugin(name: str):
     return wrap
 
 
+def register_pipeline(name: str, cls) -> None:
+    """Register a Pipeline subclass under `name`; `cls` may be "module:Class", imported when first used
+    (a modality's package registers on import without pulling in its heavy dependencies)."""
+    _check_name("pipeline", name)
+    if isinstance(cls, str):
+        if ":" not in cls:
+            raise ValueError(f"pipeline {name!r}: a lazy class must be 'module:Class', got {cls!r}")
+    else:
+        _check_pipeline_class(name, cls)
+    current = _PIPELINES.get(name)
+    if current is not None and current != cls and not (isinstance(current, type) and isinstance(cls, str)
+                                                        and f"{current.__module__}:{current.__name__}" == cls):
+        raise ValueError(f"pipeline {name!r} is already registered ({current})")
+    _PIPELINES[name] = cls
+
+
+def _check_pipeline_class(name: str, cls) -> None:
+    from .pipeline import Pipeline
+
+    if not (isinstance(cls, type) and issubclass(cls, Pipeline)):
+        raise TypeError(f"pipeline {name!r} must be a subclass of mmspec.common.pipeline.Pipeline, got {cls!r}")
+    if not isinstance(cls.modality, str) or not cls.modality or cls.modality == ANY_MODALITY:
+        raise ValueError(f"pipeline {name!r}: modality must be a non-empty label other than {ANY_MODALITY!r}, "
+                         f"got {cls.modality!r}")
+    if cls.__dict__.get("pipeline_name") not in (None, "", name):
+        raise ValueError(f"pipeline class {cls.__name__} names itself {cls.pipeline_name!r}, not {name!r}")
+    cls.pipeline_name = name
+
+
+def register_bundled_model(name: str, factory, *, modality: str, default: bool = False,
+                           project_default: bool = False, bench_ar_rows: tuple = ()) -> None:
+    """Make a ready pipeline loadable by name (`--model NAME`).
+
+    factory: callable(device) -> pipeline, or "module:function" to import only when first used.
+    default: the modality's default model (else the first one registered for it is);
+    project_default: what modality-free plugins such as `ar` run on when no model is named;
+    bench_ar_rows: call settings (dicts) of plain-AR rows that document the model's own quality.
+    """
+    _check_name("bundled model", name)
+    if not isinstance(modality, str) or not modality or modality == ANY_MODALITY:
+        raise ValueError(f"bundled model {name!r}: modality must be a non-empty label other than "
+                         f"{ANY_MODALITY!r}, got {modality!r}")
+    if not (callable(factory) or (isinstance(factory, str) and ":" in factory)):
+        raise TypeError(f"bundled model {name!r}: factory must be callable or 'module:function', got {factory!r}")
+    _BUNDLED[name] = BundledModel(name, modality, factory, default, project_default, tuple(bench_ar_rows))
+
+
+def register_builtin_modules(*modules: str) -> None:
+    """Modules imported on first use of a registry (the package's own modalities and plugins)."""
+    global _discovered
+    for module in modules:
+        if module not in _BUILTIN_MODULES:
+            _BUILTIN_MODULES.append(module)
+            _discovered = False
+
+
+def _load_entry_points(group: str, register) -> None:
+    for ep in importlib.metadata.entry_points(group=group):
+        try:
+            obj = ep.load()
+            if isinstance(obj, type):
+                register(ep.name, obj)
+        except Exception as exc:  # a broken third-party package must not break the others
+            _ENTRY_POINT_ERRORS[ep.name] = f"{type(exc).__name__}: {exc}"
+            logger.warning("could not load %s entry point %r from %s: %s", group, ep.name, ep.value, exc)
+
+
+def _register_plugin_entry(name: str, cls: type) -> None:
+    if cls not in _REGISTRY.values():
+        register_plugin(name)(cls)
+
+
+def _register_pipeline_entry(name: str, cls: type) -> None:
+    if cls not in _PIPELINES.values():
+        register_pipeline(name, cls)
+
+
 def _discover() -> None:
     global _discovered
     if _discovered:
         return
     _discovered = True
-    for module in BUILTIN_MODULES:
+    for module in _BUILTIN_MODULES:
         importlib.import_module(module)
-    for name, (modality, factory) in LAZY_BUNDLED.items():
-        register_bundled_model(name, modality, factory)
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-            if isinstance(obj, type) and obj not in _REGISTRY.values():
-                register_plugin(ep.name)(obj)
-        except Exception as exc:  # a broken third-party plugin must not break the others
-            _ENTRY_POINT_ERRORS[ep.name] = f"{type(exc).__name__}: {exc}"
-            logger.warning("could not load mmspec plugin %r from %s: %s", ep.name, ep.value, exc)
+    _load_entry_points(PIPELINE_ENTRY_POINT_GROUP, _register_pipeline_entry)
+    _load_entry_points(ENTRY_POINT_GROUP, _register_plugin_entry)
 
 
 def refresh_plugins() -> None:
-    """Re-scan entry points (e.g. after installing a plugin package in this process)."""
+    """Re-scan entry points (e.g. after installing a plugin or pipeline package in this process)."""
     global _discovered
     _discovered = False
     _ENTRY_POINT_ERRORS.clear()
     _discover()
 
 
+def modalities() -> list[str]:
+    """Every modality label a registered plugin, pipeline or bundled model uses."""
+    _discover()
+    labels = {c.modality for c in _REGISTRY.values()} | {m.modality for m in _BUNDLED.values()}
+    return sorted(labels | {c.modality for c in _PIPELINES.values() if isinstance(c, type)})
+
+
+def _check_modality(modality: str) -> None:
+    known = modalities()
+    if modality not in known:
+        raise ValueError(f"modality must be one of {known}, got {modality!r}")
+
+
 def list_plugins(modality: str | None = None) -> list[str]:
     _discover()
-    if modality is not None and modality not in MODALITIES:
-        raise ValueError(f"modality must be one of {MODALITIES}, got {modality!r}")
+    if modality is not None:
+        _check_modality(modality)
     return sorted(n for n, c in _REGISTRY.items()
-                  if modality is None or c.modality in (modality, "any"))
+                  if modality is None or c.modality in (modality, ANY_MODALITY))
 
 
 def get_plugin_class(name: str) -> type:
@@ -100,10 +201,31 @@ def get_plugin_class(name: str) -> type:
     return _REGISTRY[name]
 
 
+def list_pipelines() -> list[str]:
+    _discover()
+    return sorted(_PIPELINES)
+
+
+def get_pipeline_class(name: str) -> type:
+    _discover()
+    if name not in _PIPELINES:
+        if name in _ENTRY_POINT_ERRORS:
+            raise ImportError(f"pipeline {name!r} failed to load: {_ENTRY_POINT_ERRORS[name]}")
+        raise KeyError(f"unknown pipeline {name!r}; available: {', '.join(list_pipelines())}")
+    cls = _PIPELINES[name]
+    if isinstance(cls, str):
+        module, _, attr = cls.partition(":")
+        cls = getattr(importlib.import_module(module), attr)
+        _check_pipeline_class(name, cls)
+        _PIPELINES[name] = cls
+    return cls
+
+
 def load_plugin(name: str, pipeline=None, **config):
     """Return a ready pipeline decoding with plugin `name`.
 
-    pipeline: your own pipeline (or None for the plugin's bundled default).
+    pipeline: your own pipeline (or None for the plugin's bundled default). A new pipeline sharing its
+    components is returned; the one given keeps decoding as before.
     config: plugin settings; unknown names and out-of-range values raise.
     """
     plugin = get_plugin_class(name)(**config)
@@ -112,35 +234,38 @@ def load_plugin(name: str, pipeline=None, **config):
     return plugin.attach(pipeline)
 
 
-def register_bundled_model(name: str, modality: str, factory) -> None:
-    """Make a bundled pipeline loadable by name (`--model NAME`); the first of a modality is its default.
-
-    factory: a callable(device) -> pipeline, or "module:function" to import only when first used.
-    """
-    if modality not in MODALITIES[1:]:
-        raise ValueError(f"modality must be one of {MODALITIES[1:]}, got {modality!r}")
-    _BUNDLED[name] = (modality, factory)
-
-
 def bundled_models(modality: str | None = None) -> list[str]:
+    """Bundled model names, the modality's default first (modality "any" or None: all of them)."""
     _discover()
-    return [n for n, (m, _) in _BUNDLED.items() if modality in (None, "any", m)]
+    models = [m for m in _BUNDLED.values() if modality in (None, ANY_MODALITY, m.modality)]
+    models.sort(key=lambda m: not (m.project_default if modality in (None, ANY_MODALITY) else m.default))
+    return [m.name for m in models]
 
 
-def load_bundled_pipeline(name: str | None, modality: str, device: str = "cpu"):
-    """The bundled pipeline `name` (None: the modality's default; "any": the project default)."""
+def bundled_model_info(name: str) -> BundledModel:
+    _discover()
+    if name not in _BUNDLED:
+        raise KeyError(f"unknown bundled model {name!r}; available: {', '.join(bundled_models())}")
+    return _BUNDLED[name]
+
+
+def load_bundled_pipeline(name: str | None, modality: str = ANY_MODALITY, device: str = "cpu"):
+    """The bundled pipeline `name` (None: the modality's default; modality "any": the project default)."""
     available = bundled_models(modality)
     if not available:
         raise NotImplementedError(f"no bundled {modality} model is available yet")
     if name is None:
-        name = PROJECT_DEFAULT_MODEL if modality == "any" else available[0]
+        name = available[0]
     if name not in available:
-        raise ValueError(f"model must be one of {available} for a {modality} plugin, got {name!r}")
-    factory = _BUNDLED[name][1]
+        what = "" if modality == ANY_MODALITY else f" for a {modality} plugin"
+        raise ValueError(f"model must be one of {available}{what}, got {name!r}")
+    factory = _BUNDLED[name].factory
     if isinstance(factory, str):
         module, _, attr = factory.partition(":")
         factory = getattr(importlib.import_module(module), attr)
-    return factory(device)
+    pipeline = factory(device)
+    pipeline.model_name = name
+    return pipeline
 
 
 def field_range(lo=None, hi=None, *, default, doc: str = "", lo_open: bool = False, hi_open: bool = False):

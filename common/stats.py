@@ -24,9 +24,10 @@ class DecodeStats:
     time_verify_s: float = 0.0
     time_accept_s: float = 0.0
     time_total_s: float = 0.0
-    time_encode_s: float = 0.0  # conditioning encoder (speech: the acoustic encoder and its CTC head)
-    media_seconds: float = 0.0  # seconds of input audio, for real-time factors
-    gated_rows: int = 0  # rows finished before the decode loop (a draft accepted by a gate, e.g. CTC entropy)
+    time_encode_s: float = 0.0  # the conditioning encoder a pipeline runs before decoding, if any
+    # A modality's own counters (summed by merge), e.g. seconds of input media or rows a gate finished
+    # before the decode loop; the pipeline that records them documents their names.
+    extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def nfe_per_sample(self) -> float:
@@ -39,10 +40,9 @@ class DecodeStats:
         total = sum(k * n for k, n in enumerate(self.accepted_hist))
         return total / max(1, sum(self.accepted_hist))
 
-    @property
-    def inverse_rtf(self) -> float:
-        """Seconds of audio transcribed per second of compute (0 without audio)."""
-        return self.media_seconds / self.time_total_s if self.time_total_s > 0 else 0.0
+    def add(self, name: str, value: float) -> None:
+        """Add `value` to the modality counter `name` (see `extra`)."""
+        self.extra[name] = self.extra.get(name, 0) + value
 
     @property
     def acceptance_per_position(self) -> list[float]:
@@ -89,7 +89,9 @@ class DecodeStats:
         merged = DecodeStats()
         for name, value in asdict(self).items():
             theirs = getattr(other, name)
-            if isinstance(value, list):
+            if isinstance(value, dict):
+                setattr(merged, name, {k: value.get(k, 0) + theirs.get(k, 0) for k in {**value, **theirs}})
+            elif isinstance(value, list):
                 width = max(len(value), len(theirs))
                 setattr(merged, name, [(value[i] if i < len(value) else 0) + (theirs[i] if i < len(theirs) else 0)
                                        for i in range(width)])
@@ -103,4 +105,5 @@ class DecodeStats:
                 f"nfe/sample={self.nfe_per_sample:.1f}, drafter_nfe={self.drafter_nfe}, "
                 f"mean_accepted={self.mean_accepted:.2f}, acceptance/position=[{acc}], "
                 f"time draft/verify/accept/total={self.time_draft_s:.2f}/{self.time_verify_s:.2f}/"
-                f"{self.time_accept_s:.2f}/{self.time_total_s:.2f}s)")
+                f"{self.time_accept_s:.2f}/{self.time_total_s:.2f}s"
+                + "".join(f", {k}={v:g}" for k, v in sorted(self.extra.items())) + ")")

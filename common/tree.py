@@ -88,3 +88,21 @@ class TreeSpec:
 
     def nodes_at_depth(self, d: int) -> list[int]:
         return (self.depth == d).nonzero().flatten().tolist()
+
+
+def parse_branching(text, field: str = "tree_branching") -> TreeSpec | None:
+    """A static tree from a config string such as "3,2,1" (children per depth); "" means a chain (None).
+    `field` names the config field in errors."""
+    if isinstance(text, int) and not isinstance(text, bool):  # `--set tree_branching=3` parses as an int
+        text = str(text)
+    if not isinstance(text, str):
+        raise ValueError(f"{field} must be a string like '3,2,1' ('' = chain), got {text!r}")
+    if not text:
+        return None
+    try:
+        branching = [int(b) for b in str(text).split(",")]
+    except ValueError:
+        raise ValueError(f"{field} must be comma-separated ints >= 1 like '3,2,1', got {text!r}") from None
+    if any(b < 1 for b in branching):
+        raise ValueError(f"{field} entries must be >= 1, got {text!r}")
+    return TreeSpec.full(branching)

@@ -22,7 +22,7 @@ from mmspec import load_plugin
 from mmspec.common.bench import parse_settings, split_settings
 from mmspec.common.registry import get_plugin_class
 from mmspec.common.stats import DecodeStats
-from mmspec.common.textlm import bench_prompts
+from mmspec.text.pipeline import bench_prompts
 
 
 def read_prompts(args) -> list[str]:

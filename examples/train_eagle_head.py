@@ -11,7 +11,7 @@ acceptance is how well the draft distribution matches the target's, and our targ
 were not compared head to head). Held-out metric: expected acceptance Σ_x min(p, q) of the first
 draft token. Deterministic and resumable (--work-dir); the final head is saved in fp32.
 
-The shipped head (vision/bundled/eagle_head) was made with:
+The shipped head (plugins/lantern/bundled/eagle_head) was made with:
     python examples/train_eagle_head.py --steps 800
 (12.5 min on 2 CPU cores). Held-out expected acceptance of the first draft token: 0.077 untrained,
 0.467 after 100 steps, 0.597 after 800 (the `ssd` right head, which predicts the same token without the

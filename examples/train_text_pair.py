@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from mmspec.common import textlm
+from mmspec.text import pipeline as textlm
 from mmspec.common.training import warmup_cosine_lr
 
 TARGET_CONFIG = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4,

@@ -3,7 +3,7 @@
     from mmspec import load_plugin
     pipe = load_plugin("ctc_draft", mode="relaxed")          # bundled asr-tiny
     out = pipe(["a.wav", (wave, 22050)], batch_size=8)
-    out.texts, out.stats.inverse_rtf
+    out.texts, out.inverse_rtf
 
 Inputs: a file path, a mono waveform (numpy array or torch tensor) with `sampling_rate`, a
 ``(waveform, sampling_rate)`` pair, a ``{"array": ..., "sampling_rate": ...}`` dict (the `datasets`
@@ -24,9 +24,17 @@ import torchaudio
 from tqdm.auto import tqdm
 
 from ..common.logits import LogitsPipeline
+from ..common.pipeline import Pipeline
+from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
 from .asr_model import SAMPLE_RATE
 from .recognizer import BUNDLED_ASR_DIR, BundledRecognizer, SpeechRecognizer
+from .structure import AUDIO_SECONDS, GATED_ROWS, CTCTranscript
+
+
+def inverse_rtf(stats: DecodeStats) -> float:
+    """Seconds of audio transcribed per second of compute (0 without audio)."""
+    return stats.extra.get(AUDIO_SECONDS, 0.0) / stats.time_total_s if stats.time_total_s > 0 else 0.0
 
 
 @dataclass
@@ -34,6 +42,10 @@ class ASROutput:
     texts: list[str]
     sequences: list[list[int]]  # decoder ids of each transcript (end-of-text included when produced)
     stats: DecodeStats = field(default_factory=DecodeStats)
+
+    @property
+    def inverse_rtf(self) -> float:
+        return inverse_rtf(self.stats)
 
 
 def load_audio(item, sampling_rate: int | None = None, name: str = "audio") -> torch.Tensor:
@@ -106,12 +118,14 @@ def pad_waves(waves: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.nn.utils.rnn.pad_sequence(waves, batch_first=True), lengths
 
 
-class ASRPipeline:
+class ASRPipeline(Pipeline):
     """Speech recognition over a `SpeechRecognizer` with a decoding plugin; diffusers-style conventions."""
 
     modality = "speech"
+    pipeline_name = "asr"
     bench_num_samples = 200
     call_defaults = {"max_new_tokens": 200, "temperature": 0.0}
+    peer_assistant = None  # a small Whisper for the `transformers` assisted-generation bench peer
 
     def __init__(self, recognizer: SpeechRecognizer, plugin=None):
         self.recognizer = recognizer
@@ -120,31 +134,32 @@ class ASRPipeline:
         self.model_name = recognizer.name
         self._progress = {}
 
+    @property
+    def token_structure(self) -> CTCTranscript:
+        return CTCTranscript()
+
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike = BUNDLED_ASR_DIR, device: str = "cpu",
                         dtype: torch.dtype = torch.float32) -> "ASRPipeline":
-        """A pipeline over the bundled model format (`ASRModel` + `CharTokenizer` in one folder)."""
-        return cls(BundledRecognizer.from_pretrained(directory, device=device, dtype=dtype))
+        """A pipeline over the bundled model format (`ASRModel` + `CharTokenizer` in one folder), with the
+        plugin saved beside it, if any."""
+        return cls(BundledRecognizer.from_pretrained(directory, device=device, dtype=dtype),
+                   plugin=cls.load_saved_plugin(directory))
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
-        if not hasattr(self.recognizer, "save_pretrained"):
+        if not isinstance(self.recognizer, BundledRecognizer):
             raise NotImplementedError(f"{type(self.recognizer).__name__} cannot be saved by ASRPipeline; save "
                                       "its models with their own save_pretrained")
+        os.makedirs(directory, exist_ok=True)
         self.recognizer.save_pretrained(directory)
+        self.save_plugin(directory)
 
     def set_progress_bar_config(self, **kwargs) -> None:
-        self._progress = kwargs
-
-    def _plugin(self):
-        if self.plugin is None:
-            from ..common.registry import get_plugin_class
-
-            self.plugin = get_plugin_class("ar")()
-        return self.plugin
+        self._progress = dict(kwargs)
 
     @torch.no_grad()
     def __call__(self, audio, sampling_rate: int | None = None, *, batch_size: int = 8, max_new_tokens: int = 200,
-                 temperature: float = 0.0, generator=None, return_dict: bool = True):
+                 temperature: float = 0.0, generator=None, return_dict: bool = True) -> ASROutput:
         """Transcribe `audio` (one input or a list; see the module docstring)."""
         items = as_batch(audio)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -176,30 +191,31 @@ class ASRPipeline:
         padded, num_samples = pad_waves(waves)
         encoded = self.recognizer.encode(padded.to(self.device), num_samples.to(self.device))
         encode_time = time.perf_counter() - begin
-        plugin = self._plugin()
-        if hasattr(plugin, "transcribe"):
-            sequences, stats = plugin.transcribe(self, encoded, logits, max_new_tokens, generator)
-        else:
-            def build(target, eos):
-                return plugin.build_decoder(self, target, logits, eos_token_id=eos, pad_token_id=eos)
-
-            sequences, stats = self.decode(encoded, build, max_new_tokens, generator)
+        out = self.decode(encoded, logits, max_new_tokens, generator)
+        stats = out.stats
         stats.time_encode_s += encode_time
         stats.time_total_s = time.perf_counter() - begin
-        stats.media_seconds += float(num_samples.sum()) / SAMPLE_RATE
+        stats.add(AUDIO_SECONDS, float(num_samples.sum()) / SAMPLE_RATE)
+        sequences = out.tolist()
         texts = [self.recognizer.decoder_ids_to_text(s) for s in sequences]
         return texts, sequences, stats
 
-    def decode(self, encoded, build_decoder, max_new_tokens, generator, rows: torch.Tensor | None = None):
-        """Run a decode loop on the decoder over `encoded` (rows: the subset to decode).
+    def decode(self, encoded, logits: LogitsPipeline, max_new_tokens: int, generator):
+        """The attached plugin's decoder over the encoded batch (the pipeline's decode hook).
 
-        build_decoder(target, eos_token_id) -> SpeculativeDecoder: the plugin's loop over that decoder."""
-        target = self.recognizer.decoder(encoded, rows)
-        batch = encoded.ctc_lengths.shape[0] if rows is None else rows.numel()
+        The request's `conditioning` is the `EncodedSpeech`, so a speech plugin can read the CTC head's
+        output of the same encoder pass (`ctc_draft`)."""
+        eos = self.recognizer.eos_token_id
+        request = DecodeRequest(self.recognizer.decoder(encoded), logits, self.token_structure, eos_token_id=eos,
+                                pad_token_id=eos, conditioning=encoded)
+        batch = encoded.ctc_lengths.shape[0]
         prompt = torch.tensor([self.recognizer.prompt_ids()] * batch, device=self.device)
-        decoder = build_decoder(target, self.recognizer.eos_token_id)
-        out = decoder.generate(prompt, max_new_tokens=max_new_tokens, generator=generator)
-        return out.tolist(), out.stats
+        return self.run_decoder(request, prompt, max_new_tokens=max_new_tokens, generator=generator)
+
+    @classmethod
+    def add_cli_arguments(cls, parser) -> None:
+        parser.add_argument("--audio", action="append", default=[],
+                            help="audio file to transcribe (repeatable; default: --num held-out clips)")
 
     def cli_generate(self, args, call: dict) -> int:
         """`mmspec generate PLUGIN --audio a.wav ...`: print transcripts (held-out clips without --audio)."""
@@ -211,7 +227,7 @@ class ASRPipeline:
         out = self(paths, batch_size=args.batch_size, **call)
         for path, text in zip(paths, out.texts):
             print(f"{path}: {text}")
-        print(f"{out.stats}  inverse RTF {out.stats.inverse_rtf:.1f}")
+        print(f"{out.stats}  inverse RTF {out.inverse_rtf:.1f}")
         if args.out:
             records = [{"audio": str(p), "text": t} for p, t in zip(paths, out.texts)]
             Path(args.out).write_text(json.dumps({"transcripts": records, "stats": out.stats.to_dict()}, indent=2))
@@ -237,8 +253,23 @@ class ASRPipeline:
         hyps = [self.recognizer.decoder_ids_to_text(s) for s in sequences]
         return error_rates([row["text"] for row in inputs], hyps)
 
-    def bench_media_seconds(self, inputs: list[dict]) -> float:
-        return sum(soundfile.info(row["audio"]).duration for row in inputs)
+    def bench_summary(self, inputs: list[dict], stats: DecodeStats, seconds: float) -> dict:
+        """Real-time factor over the same audio (file durations), and the share of rows a gate finished."""
+        audio = sum(soundfile.info(row["audio"]).duration for row in inputs)
+        return {"inverse_rtf": audio / max(seconds, 1e-9),
+                "gated_fraction": stats.extra.get(GATED_ROWS, 0) / len(inputs)}
+
+    @classmethod
+    def bench_sections(cls, results: list[dict]) -> list[tuple[str, str, str]]:
+        from .bench import speech_table
+
+        table = speech_table(results)
+        if not table:
+            return []
+        return [("Speech: word error and real-time factors",
+                 "Inverse RTF = seconds of audio per second of wall-clock (encoder included). Ceiling = AR time / "
+                 "CTC-only time at the same batch size: the most any CTC-drafted method could gain. Gated = "
+                 "utterances the entropy gate finished without the decoder.", table)]
 
 
 def bundled_pipeline(device: str = "cpu") -> ASRPipeline:

@@ -41,6 +41,11 @@ class SpeechRecognizer:
     shares_vocabulary: bool  # True: CTC ids are decoder ids (no re-tokenization)
     device: torch.device
     name: str
+    word_boundary_ids: tuple = ()  # decoder ids that separate words (lets `ctc_draft` re-align after a merge)
+
+    def assisted_generation(self, waves, num_samples, assistant, max_new_tokens: int) -> dict:
+        """`transformers` assisted generation with `assistant` (a bench peer); only Whisper has it."""
+        raise NotImplementedError(f"{type(self).__name__} has no assisted-generation peer")
 
     def encode(self, waves: torch.Tensor, num_samples: torch.Tensor) -> EncodedSpeech:
         """waves [B, N] float32 16 kHz zero-padded, num_samples [B]."""

@@ -27,6 +27,7 @@ reference pipeline does this for its negative prompt; for Janus and Chameleon it
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +38,10 @@ from diffusers.utils import BaseOutput
 
 from mmspec.common.logits import LogitsPipeline, check_generators
 from mmspec.common.model import ARModel, CFGModel
+from mmspec.common.pipeline import Pipeline
+from mmspec.common.plugin import DecodeRequest
 from mmspec.common.stats import DecodeStats
+from mmspec.common.structure import CodeGrid
 
 from .llamagen import LlamaGenAdapter, LlamaGenModel
 from .tokenizer import codebook, decode_codes
@@ -92,7 +96,7 @@ def _as_prompt_list(value, name: str) -> list[str]:
     return list(texts)
 
 
-class ARImagePipeline(DiffusionPipeline):
+class ARImagePipeline(DiffusionPipeline, Pipeline):
     """Autoregressive image generation; the decoding strategy is a plugin
     (`mmspec.load_plugin(name, pipeline=pipe)`), plain AR by default.
 
@@ -104,6 +108,7 @@ class ARImagePipeline(DiffusionPipeline):
     """
 
     modality = "vision"
+    pipeline_name = "image"
     model_cpu_offload_seq = "transformer->vqvae"
     _optional_components = ["vqvae", "tokenizer"]
     _callback_tensor_inputs = ["tokens"]
@@ -131,6 +136,24 @@ class ARImagePipeline(DiffusionPipeline):
                                  f"vq_config.num_patches² = {config.vq_config.num_patches ** 2} codes")
         self.register_modules(transformer=transformer, vqvae=vqvae, tokenizer=tokenizer)
         self.plugin = None
+
+    # --- persistence: diffusers' folders, plus the attached plugin ---------
+    def save_pretrained(self, save_directory, **kwargs):
+        super().save_pretrained(save_directory, **kwargs)
+        self.save_plugin(save_directory)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        pipe = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        if os.path.isdir(pretrained_model_name_or_path):
+            pipe.plugin = cls.load_saved_plugin(pretrained_model_name_or_path)
+        return pipe
+
+    @property
+    def token_structure(self) -> CodeGrid:
+        """The code grid of an image at the model's default size, with the codebook's latents."""
+        rows, cols = self.code_grid()
+        return CodeGrid(rows, cols, latents=self.codebook())
 
     # --- what the transformer is -------------------------------------------
     @property
@@ -378,11 +401,7 @@ class ARImagePipeline(DiffusionPipeline):
         return ARImagePipelineOutput(images=images, tokens=out.sequences, stats=out.stats)
 
     def _run_decoder(self, target, logits, input_ids, attention_mask, prefill, grid, generator, callback):
-        if self.plugin is None:
-            from mmspec.common.registry import get_plugin_class
-
-            self.plugin = get_plugin_class("ar")()
-        decoder = self.plugin.build_decoder(self, target, logits, grid=grid)
+        request = DecodeRequest(target, logits, CodeGrid(grid[0], grid[1], latents=self.codebook()))
         total = grid[0] * grid[1]
         with self.progress_bar(total=total * input_ids.shape[0]) as bar:
             def on_step(step, info):
@@ -390,7 +409,7 @@ class ARImagePipeline(DiffusionPipeline):
                 if callback is not None:
                     callback(self, step, None, {"tokens": info["tokens"]})
 
-            return decoder.generate(input_ids, attention_mask, max_new_tokens=total, generator=generator,
+            return self.run_decoder(request, input_ids, attention_mask, max_new_tokens=total, generator=generator,
                                     prefill_input=prefill, callback=on_step)
 
     def _generate_from_prompts(self, prompts, negative_prompt, guidance_scale, num_images_per_prompt, temperature,
@@ -493,13 +512,19 @@ class ARImagePipeline(DiffusionPipeline):
                 "fd_floor": metrics.frechet_distance(real_b, real_a),
                 "nll": metrics.target_nll(self.transformer, labels.to(self.device), codes)}
 
+    @classmethod
+    def add_cli_arguments(cls, parser) -> None:
+        parser.add_argument("--class-label", type=int, action="append", default=[],
+                            help="class to generate (repeatable; default: --num images cycling through the classes)")
+
     def cli_generate(self, args, call: dict) -> int:
         """`mmspec generate PLUGIN --num N --out grid.png`: N images cycling through the classes."""
         from .data import CLASS_NAMES
         from .metrics import save_image_grid
 
         self._require_class_conditional("cli_generate")
-        labels = self.bench_inputs(args.num, args.seed)
+        labels = args.class_label or self.bench_inputs(args.num, args.seed)
+        self.check_inputs(labels, 1.0, 1, "pt")
         codes, stats = self.bench_generate(labels, args.batch_size, args.seed, call)
         codes = torch.tensor(codes, device=self.device).view(-1, self.grid_size, self.grid_size)
         images = ((decode_codes(self.vqvae, codes) + 1) / 2).cpu()
@@ -545,6 +570,4 @@ def bundled_pipeline(device: str = "cpu") -> ARImagePipeline:
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"bundled image model not found under {path}; run examples/train_llamagen.py")
     transformer = LlamaGenModel.from_pretrained(path, torch_dtype=torch.float32).to(device).eval()
-    pipe = ARImagePipeline(transformer, load_bundled_vq(device))
-    pipe.model_name = "llamagen-tiny"
-    return pipe
+    return ARImagePipeline(transformer, load_bundled_vq(device))

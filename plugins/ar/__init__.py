@@ -13,7 +13,7 @@ class AutoregressivePlugin(Plugin):
     paper = "baseline"
     Config = NoConfig
 
-    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
-        rule = GreedyMatch() if logits.greedy else SpeculativeSampling()
-        return SpeculativeDecoder(target, None, rule, logits, num_draft_tokens=0,
-                                  eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+    def build_decoder(self, pipeline, request):
+        rule = GreedyMatch() if request.logits.greedy else SpeculativeSampling()
+        return SpeculativeDecoder(request.target, None, rule, request.logits, num_draft_tokens=0,
+                                  eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id)

@@ -31,15 +31,17 @@ from dataclasses import dataclass
 import torch
 
 from mmspec.common.accept import Acceptance, AcceptRule, Draft, GreedyMatch, SpeculativeSampling
-from mmspec.common.decoder import SpeculativeDecoder
+from mmspec.common.decoder import GenerationOutput, SpeculativeDecoder
 from mmspec.common.draft import Drafter
-from mmspec.common.plugin import Plugin
+from mmspec.common.plugin import DecodeRequest, Plugin
 from mmspec.common.registry import field_choices, field_range, register_plugin
 from mmspec.common.stats import DecodeStats
+from mmspec.speech.structure import GATED_ROWS, CTCTranscript
 
 from .kernels import ctc_greedy, floor_accept
 
-__all__ = ["CTCDraftPlugin", "CTCHypothesisDrafter", "OneHotDraftSampling", "ProbabilityFloor", "ctc_hypotheses"]
+__all__ = ["CTCDraftDecoder", "CTCDraftPlugin", "CTCHypothesisDrafter", "OneHotDraftSampling", "ProbabilityFloor",
+           "ctc_hypotheses"]
 
 # Relaxed mode's gate when none is given, in nats of max-frame entropy; calibrated on the bundled model
 # (see BENCHMARKS.md for the sweep).
@@ -147,11 +149,79 @@ def ctc_hypotheses(recognizer, encoded) -> CTCHypotheses:
     return CTCHypotheses(ids, max_h.cpu(), mean_h.cpu(), empty)
 
 
+class CTCDraftDecoder:
+    """The `Decoder` ctc_draft builds: gate, then the core loop with the CTC hypotheses as drafts.
+
+    Rows the gate finishes never reach the decoder; the rest run through `SpeculativeDecoder` on the
+    recognizer's decoder over just those rows (the encoder pass is the pipeline's, shared).
+    """
+
+    def __init__(self, plugin: "CTCDraftPlugin", recognizer, request: DecodeRequest):
+        self.plugin, self.recognizer, self.request = plugin, recognizer, request
+        self.encoded = request.conditioning
+        if self.encoded is None:
+            raise ValueError("ctc_draft needs the encoder output of the batch (DecodeRequest.conditioning)")
+
+    @torch.no_grad()
+    def generate(self, input_ids, attention_mask=None, *, max_new_tokens: int, generator=None,
+                 prefill_input=None, callback=None) -> GenerationOutput:
+        config, logits = self.plugin.config, self.request.logits
+        eos = self.recognizer.eos_token_id
+        begin = time.perf_counter()
+        hyps = ctc_hypotheses(self.recognizer, self.encoded)
+        draft_time = time.perf_counter() - begin
+        batch = len(hyps.ids)
+        statistic = hyps.max_entropy if config.gate == "max" else hyps.mean_entropy
+        if config.mode == "ctc":
+            final = torch.ones(batch, dtype=torch.bool)
+        elif self.plugin.tau is None:
+            final = torch.zeros(batch, dtype=torch.bool)
+        else:
+            final = (statistic <= self.plugin.tau) & ~hyps.empty
+        sequences: list[list[int] | None] = [None] * batch
+        for b in final.nonzero().flatten().tolist():
+            sequences[b] = (hyps.ids[b] + [eos])[:max_new_tokens]
+        stats = DecodeStats(num_rows=0)
+        rows = (~final).nonzero().flatten()
+        if rows.numel():
+            if config.mode == "relaxed" and not logits.greedy:
+                raise ValueError("ctc_draft mode='relaxed' decodes greedily: use temperature=0 "
+                                 "(mode='strict' supports sampling)")
+            rule = ProbabilityFloor(config.floor) if config.mode == "relaxed" else (
+                GreedyMatch() if logits.greedy else OneHotDraftSampling())
+            drafts = [hyps.ids[b] + [eos] for b in rows.tolist()]
+            drafter = CTCHypothesisDrafter(drafts, pad_id=eos, resync=config.resync,
+                                           boundary_ids=tuple(self.recognizer.word_boundary_ids))
+            target = self.recognizer.decoder(self.encoded, rows)
+            loop = SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=drafter.width,
+                                      eos_token_id=eos, pad_token_id=eos)
+            gens = [generator[b] for b in rows.tolist()] if isinstance(generator, list) else generator
+            index = rows.to(input_ids.device)
+            out = loop.generate(input_ids[index], None if attention_mask is None else attention_mask[index],
+                                max_new_tokens=max_new_tokens, generator=gens, callback=callback)
+            stats = out.stats
+            for b, seq in zip(rows.tolist(), out.tolist()):
+                sequences[b] = seq
+        gated = int(final.sum())
+        stats.time_draft_s += draft_time
+        stats.num_rows += gated
+        stats.add(GATED_ROWS, gated)
+        stats.tokens += sum(len(sequences[b]) for b in final.nonzero().flatten().tolist())
+        stats.time_total_s = time.perf_counter() - begin
+        pad = self.request.pad_token_id
+        out_ids = torch.full((batch, max_new_tokens), pad, dtype=torch.long)
+        for b, seq in enumerate(sequences):
+            out_ids[b, :len(seq)] = torch.tensor(seq, dtype=torch.long)
+        lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
+        return GenerationOutput(sequences=out_ids, lengths=lengths, stats=stats)
+
+
 @register_plugin("ctc_draft")
 class CTCDraftPlugin(Plugin):
     modality = "speech"
     lossless = True
     paper = "arXiv:2603.11243"
+    requires = CTCTranscript
 
     @dataclass
     class Config:
@@ -200,57 +270,13 @@ class CTCDraftPlugin(Plugin):
             return RELAXED_DEFAULT_TAU if self.config.mode == "relaxed" else None
         return None if self.config.tau is None else float(self.config.tau)
 
-    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
-        raise NotImplementedError("ctc_draft decodes through ASRPipeline (its drafter is the CTC head of the "
-                                  "same encoder pass); attach it to an ASRPipeline")
-
-    def transcribe(self, pipeline, encoded, logits, max_new_tokens: int, generator):
-        """Decoder ids per row (end-of-text included where produced) and the batch's DecodeStats."""
-        recognizer = pipeline.recognizer
-        eos = recognizer.eos_token_id
-        begin = time.perf_counter()
-        hyps = ctc_hypotheses(recognizer, encoded)
-        draft_time = time.perf_counter() - begin
-        batch = len(hyps.ids)
-        statistic = hyps.max_entropy if self.config.gate == "max" else hyps.mean_entropy
-        if self.config.mode == "ctc":
-            final = torch.ones(batch, dtype=torch.bool)
-        elif self.tau is None:
-            final = torch.zeros(batch, dtype=torch.bool)
-        else:
-            final = (statistic <= self.tau) & ~hyps.empty
-        sequences: list[list[int] | None] = [None] * batch
-        for b in final.nonzero().flatten().tolist():
-            sequences[b] = (hyps.ids[b] + [eos])[:max_new_tokens]
-        stats = DecodeStats(num_rows=0)
-        rows = (~final).nonzero().flatten()
-        if rows.numel():
-            if self.config.mode == "relaxed" and not logits.greedy:
-                raise ValueError("ctc_draft mode='relaxed' decodes greedily: use temperature=0 "
-                                 "(mode='strict' supports sampling)")
-            rule = ProbabilityFloor(self.config.floor) if self.config.mode == "relaxed" else (
-                GreedyMatch() if logits.greedy else OneHotDraftSampling())
-            drafts = [hyps.ids[b] + [eos] for b in rows.tolist()]
-            drafter = CTCHypothesisDrafter(drafts, pad_id=eos, resync=self.config.resync,
-                                           boundary_ids=tuple(getattr(recognizer, "word_boundary_ids", ())))
-            def build(target, eos_token_id):
-                return SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=drafter.width,
-                                          eos_token_id=eos_token_id, pad_token_id=eos_token_id)
-
-            gens = [generator[b] for b in rows.tolist()] if isinstance(generator, list) else generator
-            decoded, stats = pipeline.decode(encoded, build, max_new_tokens, gens, rows)
-            for b, seq in zip(rows.tolist(), decoded):
-                sequences[b] = seq
-        stats.time_draft_s += draft_time
-        stats.num_rows += int(final.sum())
-        stats.gated_rows += int(final.sum())
-        stats.tokens += sum(len(sequences[b]) for b in final.nonzero().flatten().tolist())
-        return sequences, stats
+    def build_decoder(self, pipeline, request):
+        return CTCDraftDecoder(self, pipeline.recognizer, request)
 
     def bench_peer(self, pipeline, inputs, settings):
         """`transformers` assisted generation on the same Whisper, when the pipeline carries an assistant."""
-        assistant = getattr(pipeline, "peer_assistant", None)
-        if assistant is None or not hasattr(pipeline.recognizer, "assisted_generation"):
+        assistant = pipeline.peer_assistant
+        if assistant is None:
             return None
         from mmspec.speech.pipeline import load_audio, pad_waves
 

@@ -18,10 +18,10 @@ import torch
 from mmspec.common.accept import GreedyMatch, SpeculativeSampling
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.draft import DraftModelDrafter
-from mmspec.common.model import ARModel, HFCausalLM
 from mmspec.common.plugin import Plugin
 from mmspec.common.registry import field_range, register_plugin
-from mmspec.common.tree import TreeSpec
+from mmspec.common.structure import TokenSequence
+from mmspec.common.tree import TreeSpec, parse_branching
 
 
 @dataclass
@@ -30,47 +30,28 @@ class SpeculativeConfig:
     tree_branching: str = ""  # e.g. "3,2,1": a static tree instead of a chain ("" = chain)
 
 
-def parse_branching(text: str) -> TreeSpec | None:
-    if isinstance(text, int) and not isinstance(text, bool):  # `--set tree_branching=3` parses as an int
-        text = str(text)
-    if not isinstance(text, str):
-        raise ValueError(f"SpeculativeConfig.tree_branching must be a string like '3,2,1' ('' = chain), "
-                         f"got {text!r}")
-    if not text:
-        return None
-    try:
-        branching = [int(b) for b in str(text).split(",")]
-    except ValueError:
-        raise ValueError(f"SpeculativeConfig.tree_branching must be comma-separated ints >= 1 like '3,2,1', "
-                         f"got {text!r}") from None
-    if any(b < 1 for b in branching):
-        raise ValueError(f"SpeculativeConfig.tree_branching entries must be >= 1, got {text!r}")
-    return TreeSpec.full(branching)
-
-
 @register_plugin("speculative")
 class SpeculativePlugin(Plugin):
     modality = "text"
     lossless = True
     paper = "Leviathan et al. 2023 / Chen et al. 2023 (arXiv:2211.17192, 2302.01318)"
     Config = SpeculativeConfig
+    requires = TokenSequence
+    needs_draft_model = True
     bench_variants = ({"settings": {"tree_branching": "3,2,1"}}, {"settings": {"num_draft_tokens": 3}})
 
     def __init__(self, **config):
         super().__init__(**config)
-        self.tree = parse_branching(self.config.tree_branching)
+        self.tree = parse_branching(self.config.tree_branching, "SpeculativeConfig.tree_branching")
 
-    def check_pipeline(self, pipeline):
-        if getattr(pipeline, "draft_model", None) is None:
+    def build_decoder(self, pipeline, request):
+        if request.draft_model is None:
             raise ValueError("plugin 'speculative' needs a draft model: give the pipeline draft_model=")
-
-    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
-        draft = pipeline.draft_model
-        draft = draft if isinstance(draft, ARModel) else HFCausalLM(draft)
-        rule = GreedyMatch() if logits.greedy else SpeculativeSampling()
-        return SpeculativeDecoder(target, DraftModelDrafter(draft, tree=self.tree), rule, logits,
+        rule = GreedyMatch() if request.logits.greedy else SpeculativeSampling()
+        return SpeculativeDecoder(request.target, DraftModelDrafter(request.draft_model, tree=self.tree), rule,
+                                  request.logits,
                                   num_draft_tokens=self.config.num_draft_tokens if self.tree is None else 0,
-                                  eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+                                  eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id)
 
     @torch.no_grad()
     def bench_peer(self, pipeline, inputs, settings):

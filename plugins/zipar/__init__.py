@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from mmspec.common.plugin import Plugin
 from mmspec.common.registry import field_choices, field_range, register_plugin
 from mmspec.common.schedule import Schedule, ScheduledDecoder, ScheduleStep
+from mmspec.common.structure import CodeGrid
 
 from .verified import VerifiedNextSetDecoder
 
@@ -100,6 +101,7 @@ class ZipARPlugin(Plugin):
     lossless = False
     paper = "He et al. 2025, ZipAR: next-set decoding (ICML 2025, arXiv:2412.04062)"
     Config = ZipARConfig
+    requires = CodeGrid
     bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
     # Sweeps at batch 4 on 40 images (CPU time); the default rows give batch-1 latency and 100-image quality.
     bench_variants = tuple({"batch_size": 4, "num_samples": 40, "settings": settings} for settings in (
@@ -110,13 +112,12 @@ class ZipARPlugin(Plugin):
         super().__init__(**config)
         self.lossless = self.config.mode == "verified"
 
-    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
-        if grid is None:
-            raise ValueError("plugin 'zipar' needs tokens that form a 2-D grid; this pipeline gave none")
-        height, width = grid
+    def build_decoder(self, pipeline, request):
+        target, logits = request.target, request.logits
+        height, width = request.structure.rows, request.structure.cols
         if self.config.mode == "verified":
             _check_grid(height, width, self.config.window)
             return VerifiedNextSetDecoder(target, height, width, self.config.window, logits,
-                                          pad_token_id=pad_token_id)
+                                          pad_token_id=request.pad_token_id)
         return ScheduledDecoder(target, next_set_schedule(height, width, self.config.window), logits,
-                                pad_token_id=pad_token_id)
+                                pad_token_id=request.pad_token_id)

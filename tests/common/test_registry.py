@@ -12,10 +12,11 @@ import pytest
 from tiny_models import perturbed_copy, tiny_llama
 
 import mmspec.common.registry as registry
+from mmspec.common.pipeline import Pipeline
 from mmspec.common.plugin import NoConfig, Plugin
-from mmspec.common.registry import (MODALITIES, get_plugin_class, list_plugins, load_plugin, make_config,
-                                    register_plugin)
-from mmspec.common.textlm import EOS_ID, VOCAB_SIZE, TextPipeline
+from mmspec.common.structure import CodeGrid
+from mmspec.common.registry import get_plugin_class, list_plugins, load_plugin, make_config, modalities, register_plugin
+from mmspec.text.pipeline import EOS_ID, VOCAB_SIZE, TextPipeline
 
 PROMPTS = ["Return the", "A much longer prompt here"]
 
@@ -50,7 +51,7 @@ def test_list_plugins_by_modality():
     assert "speculative" in text and "ar" in text  # "any" plugins run on every modality
     vision = list_plugins("vision")
     assert "ar" in vision and "speculative" not in vision
-    with pytest.raises(ValueError, match="modality"):
+    with pytest.raises(ValueError, match="modality must be one of"):
         list_plugins("audio")
 
 
@@ -59,7 +60,7 @@ def test_plugin_class_contract(name):
     cls = get_plugin_class(name)
     assert issubclass(cls, Plugin)
     assert cls.name == name
-    assert cls.modality in MODALITIES
+    assert cls.modality in modalities()
     assert isinstance(cls.lossless, bool)
     assert isinstance(cls.paper, str) and cls.paper.strip()
     assert dataclasses.is_dataclass(cls.Config)
@@ -110,22 +111,28 @@ def test_speculative_needs_a_draft_model(text_models):
         load_plugin("speculative", pipeline=TextPipeline(target, eos_token_id=EOS_ID))
 
 
-def test_plugin_rejects_wrong_modality_pipeline():
-    class VisionPipeline:
-        modality = "vision"
+def test_plugin_rejects_a_pipeline_of_another_structure():
+    class GridPipeline(Pipeline):
+        modality = "toy-grid"
         draft_model = object()
+        token_structure = CodeGrid(2, 2)
 
-    with pytest.raises(ValueError, match="text"):
-        load_plugin("speculative", pipeline=VisionPipeline())
-    vp = VisionPipeline()
-    assert load_plugin("ar", pipeline=vp) is vp  # "any"
+    with pytest.raises(ValueError, match="plugin 'speculative' decodes TokenSequence tokens; GridPipeline offers "
+                                         "CodeGrid"):
+        load_plugin("speculative", pipeline=GridPipeline())
+    grid = GridPipeline()
+    ar = load_plugin("ar", pipeline=grid)  # "any": every structure
+    assert ar is not grid and ar.plugin.name == "ar" and grid.plugin is None
+    with pytest.raises(TypeError, match="needs an mmspec Pipeline"):
+        load_plugin("ar", pipeline=object())
 
 
 @pytest.mark.parametrize("config", [dict(num_draft_tokens=1), dict(num_draft_tokens=4), dict(tree_branching="2,2")])
 def test_speculative_greedy_matches_ar(text_models, pipe, config):
     out = load_plugin("speculative", pipeline=pipe, **config)
-    assert out is pipe and pipe.plugin.name == "speculative"
-    res = pipe(PROMPTS, max_new_tokens=12)
+    assert out is not pipe and out.plugin.name == "speculative" and pipe.plugin is None
+    assert out.model is pipe.model and out.draft_model is pipe.draft_model  # components shared, not copied
+    res = out(PROMPTS, max_new_tokens=12)
     assert res.sequences == ar_sequences(text_models)
     assert all(isinstance(t, str) for t in res.texts)
 
@@ -156,12 +163,12 @@ def test_register_rejects_class_missing_attribute(missing):
 
 
 def test_register_rejects_bad_modality_and_name():
-    class Audio(Plugin):
-        modality = "audio"
+    class Unlabelled(Plugin):
+        modality = ""
 
-    with pytest.raises(ValueError, match="modality"):
-        register_plugin("audio_test_plugin")(Audio)
-    assert "audio_test_plugin" not in list_plugins()
+    with pytest.raises(ValueError, match="modality must be a non-empty string"):
+        register_plugin("unlabelled_test_plugin")(Unlabelled)
+    assert "unlabelled_test_plugin" not in list_plugins()
     with pytest.raises(ValueError, match="name"):
         register_plugin("")(Plugin)
 
@@ -188,9 +195,9 @@ class ToyPlugin(Plugin):
     paper = "Toy et al. 2099"
     Config = ToyConfig
 
-    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
-        return SpeculativeDecoder(target, None, logits=logits, eos_token_id=eos_token_id,
-                                  pad_token_id=pad_token_id)
+    def build_decoder(self, pipeline, request):
+        return SpeculativeDecoder(request.target, None, logits=request.logits, eos_token_id=request.eos_token_id,
+                                  pad_token_id=request.pad_token_id)
 '''
 
 BROKEN_MODULE = '''
@@ -251,9 +258,9 @@ def test_entry_point_plugin_is_discovered_and_runs(toy_plugins, pipe, text_model
     assert "toy" in list_plugins("text") and "toy" not in list_plugins("vision")
     cls = get_plugin_class("toy")
     assert cls.__module__ == "mmspec_toy_plugin" and cls.name == "toy"
-    assert load_plugin("toy", pipeline=pipe, depth=3) is pipe
-    assert pipe.plugin.config.depth == 3
-    out = pipe(PROMPTS, max_new_tokens=12)
+    toy = load_plugin("toy", pipeline=pipe, depth=3)
+    assert toy.plugin.config.depth == 3
+    out = toy(PROMPTS, max_new_tokens=12)
     assert len(out.texts) == 2 and all(isinstance(t, str) for t in out.texts)
     assert out.sequences == ar_sequences(text_models)
     for bad in (0, 9, 2.5):

@@ -111,7 +111,7 @@ def audio():
 def run(recognizer, audio, plugin=None, batch_size=4, max_new_tokens=24, **call):
     pipe = ASRPipeline(recognizer)
     if plugin is not None:
-        load_plugin("ctc_draft", pipeline=pipe, **plugin)
+        pipe = load_plugin("ctc_draft", pipeline=pipe, **plugin)
     return pipe(audio, sampling_rate=16000, batch_size=batch_size, max_new_tokens=max_new_tokens, **call)
 
 
@@ -173,13 +173,13 @@ def test_gate_takes_confident_ctc_and_skips_the_decoder(audio, torch_kernels):
     planted = [[3, 4, 5], [6, 7], [], [8]]
     confident = PlantedCTC(recognizer, planted, confidence=30.0)  # frame entropy ~ 1e-11 nats
     out = run(confident, audio, {"mode": "relaxed", "tau": 0.01})
-    assert out.stats.gated_rows == 3  # the empty hypothesis is never final
+    assert out.stats.extra["gated_rows"] == 3  # the empty hypothesis is never final
     assert [out.sequences[i] for i in (0, 1, 3)] == [[3, 4, 5, EOS], [6, 7, EOS], [8, EOS]]
     assert out.sequences[2] == run(recognizer, audio[2:3]).sequences[0]  # decoded as plain AR (floor aside)
     unsure = PlantedCTC(recognizer, planted, confidence=2.0)
-    assert run(unsure, audio, {"mode": "relaxed", "tau": 0.01}).stats.gated_rows == 0
-    mean_gate = run(unsure, audio, {"mode": "relaxed", "tau": 0.5, "gate": "mean"}).stats.gated_rows
-    max_gate = run(unsure, audio, {"mode": "relaxed", "tau": 0.5, "gate": "max"}).stats.gated_rows
+    assert run(unsure, audio, {"mode": "relaxed", "tau": 0.01}).stats.extra["gated_rows"] == 0
+    mean_gate = run(unsure, audio, {"mode": "relaxed", "tau": 0.5, "gate": "mean"}).stats.extra["gated_rows"]
+    max_gate = run(unsure, audio, {"mode": "relaxed", "tau": 0.5, "gate": "max"}).stats.extra["gated_rows"]
     assert mean_gate >= max_gate
     ctc_only = run(unsure, audio, {"mode": "ctc"})
     assert ctc_only.stats.target_nfe == 0 and ctc_only.sequences[0] == [3, 4, 5, EOS]
@@ -267,8 +267,8 @@ def test_bad_config_is_refused():
         CTCDraftPlugin(floor=1.5)
     with pytest.raises(ValueError, match="gate"):
         CTCDraftPlugin(gate="median")
-    with pytest.raises(ValueError, match="speech"):
-        from mmspec.common.textlm import TextPipeline
+    with pytest.raises(ValueError, match="decodes CTCTranscript tokens; TextPipeline offers TokenSequence"):
+        from mmspec.text.pipeline import TextPipeline
         from tiny_models import tiny_llama
 
         load_plugin("ctc_draft", pipeline=TextPipeline(tiny_llama()))

@@ -316,15 +316,13 @@ def janus_pipe():
                                          ("gsd", {"window": 5})])
 def test_plugins_on_janus(janus_pipe, name, config, torch_kernels):
     prompts = ["a b", "c"]
-    janus_pipe.plugin = None
     ar = janus_pipe(prompt=prompts, guidance_scale=2.0, temperature=0, output_type="pt")
-    get_plugin_class(name)(**config).attach(janus_pipe)
-    greedy = janus_pipe(prompt=prompts, guidance_scale=2.0, temperature=0, output_type="pt")
+    plugin_pipe = get_plugin_class(name)(**config).attach(janus_pipe)
+    greedy = plugin_pipe(prompt=prompts, guidance_scale=2.0, temperature=0, output_type="pt")
     assert torch.equal(greedy.tokens, ar.tokens)
     assert greedy.stats.target_nfe < HF_GRID * HF_GRID
     gens = lambda: [torch.Generator().manual_seed(s) for s in (1, 2)]  # noqa: E731
-    sampled = janus_pipe(prompt=prompts, guidance_scale=2.0, generator=gens(), output_type="pt")
-    again = janus_pipe(prompt=prompts[1:], guidance_scale=2.0, generator=gens()[1:], output_type="pt")
+    sampled = plugin_pipe(prompt=prompts, guidance_scale=2.0, generator=gens(), output_type="pt")
+    again = plugin_pipe(prompt=prompts[1:], guidance_scale=2.0, generator=gens()[1:], output_type="pt")
     assert torch.equal(sampled.tokens[1:], again.tokens)
     assert sampled.images.shape[0] == 2
-    janus_pipe.plugin = None

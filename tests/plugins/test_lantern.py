@@ -363,16 +363,14 @@ def janus_setup(tmp_path_factory):
 def test_plugins_on_janus(janus_setup, name, config, torch_kernels):
     pipe, head = janus_setup
     prompts = ["a b", "c"]
-    pipe.plugin = None
     ar = pipe(prompt=prompts, guidance_scale=2.0, temperature=0, output_type="pt")
-    get_plugin_class(name)(head_path=head, **config).attach(pipe)
-    greedy = pipe(prompt=prompts, guidance_scale=2.0, temperature=0, output_type="pt")
+    plugin_pipe = get_plugin_class(name)(head_path=head, **config).attach(pipe)
+    greedy = plugin_pipe(prompt=prompts, guidance_scale=2.0, temperature=0, output_type="pt")
     assert torch.equal(greedy.tokens, ar.tokens)  # no relaxation: AR exactly
     gens = lambda: [torch.Generator().manual_seed(s) for s in (1, 2)]  # noqa: E731
-    sampled = pipe(prompt=prompts, guidance_scale=2.0, generator=gens(), output_type="pt")
-    again = pipe(prompt=prompts[1:], guidance_scale=2.0, generator=gens()[1:], output_type="pt")
+    sampled = plugin_pipe(prompt=prompts, guidance_scale=2.0, generator=gens(), output_type="pt")
+    again = plugin_pipe(prompt=prompts[1:], guidance_scale=2.0, generator=gens()[1:], output_type="pt")
     assert torch.equal(sampled.tokens[1:], again.tokens)
-    pipe.plugin = None
 
 
 @pytest.mark.parametrize("build", [build_tiny_emu3, build_tiny_chameleon])
@@ -398,15 +396,12 @@ def test_bad_plugin_config(janus_setup):
                                 ("eagle", {"num_draft_tokens": 0}, "num_draft_tokens")):
         with pytest.raises(ValueError, match=match):
             get_plugin_class(name)(**kwargs)
-    plugin = get_plugin_class("lantern")(head_path=head, k=24)  # the tiny codebook has 24 codes
-    plugin.attach(pipe)
+    too_many = get_plugin_class("lantern")(head_path=head, k=24).attach(pipe)  # the tiny codebook has 24 codes
     with pytest.raises(ValueError, match="k must be at most the codebook size - 1 \\(23\\)"):
-        pipe(prompt=["a"], guidance_scale=2.0, output_type="pt")
-    plugin = get_plugin_class("lantern")(head_path="/nonexistent", k=4)
-    plugin.attach(pipe)
+        too_many(prompt=["a"], guidance_scale=2.0, output_type="pt")
+    no_head = get_plugin_class("lantern")(head_path="/nonexistent", k=4).attach(pipe)
     with pytest.raises(ValueError, match="head_path"):
-        pipe(prompt=["a"], guidance_scale=2.0, output_type="pt")
-    pipe.plugin = None
+        no_head(prompt=["a"], guidance_scale=2.0, output_type="pt")
 
 
 def test_bundled_head_drafts_for_the_bundled_model(torch_kernels):
@@ -416,15 +411,14 @@ def test_bundled_head_drafts_for_the_bundled_model(torch_kernels):
     pipe.set_progress_bar_config(disable=True)
     labels = [1, 6]
     ar = pipe(class_labels=labels, guidance_scale=3.0, temperature=0, output_type="pt")
-    get_plugin_class("eagle")().attach(pipe)
-    eagle = pipe(class_labels=labels, guidance_scale=3.0, temperature=0, output_type="pt")
+    eagle_pipe = get_plugin_class("eagle")().attach(pipe)
+    eagle = eagle_pipe(class_labels=labels, guidance_scale=3.0, temperature=0, output_type="pt")
     assert torch.equal(eagle.tokens, ar.tokens)
     assert eagle.stats.mean_accepted > 1.5  # a trained head: most first drafts are kept
-    get_plugin_class("lantern")(delta=0.2).attach(pipe)
     gens = lambda: [torch.Generator().manual_seed(s) for s in (3, 4)]  # noqa: E731
-    lantern = pipe(class_labels=labels, guidance_scale=3.0, generator=gens(), output_type="pt")
-    get_plugin_class("eagle")().attach(pipe)
-    strict = pipe(class_labels=labels, guidance_scale=3.0, generator=gens(), output_type="pt")
+    lantern = get_plugin_class("lantern")(delta=0.2).attach(pipe)(class_labels=labels, guidance_scale=3.0,
+                                                                   generator=gens(), output_type="pt")
+    strict = eagle_pipe(class_labels=labels, guidance_scale=3.0, generator=gens(), output_type="pt")
     assert lantern.stats.mean_accepted > strict.stats.mean_accepted
 
 

@@ -5,6 +5,7 @@ the Janus adapter, bad inputs."""
 import pytest
 import torch
 from law import class_grid_law, gof_pvalue, sequence_codes
+from request_helpers import build_decoder
 from tiny_models import build_tiny_emu3, build_tiny_janus, tiny_text_tokenizer
 
 from mmspec.common.logits import LogitsPipeline
@@ -85,16 +86,15 @@ def test_attention_matches_a_full_recomputation(tiny_gen, window, guidance):
 
 
 def test_window_equal_to_width_is_plain_ar(tiny_gen):
-    pipe = None  # build_decoder does not need the pipeline
     cond = tiny_gen.class_token(torch.tensor([1, 2, 0]))[:, None]
-    ar = get_plugin_class("ar")().build_decoder(pipe, LlamaGenAdapter(tiny_gen), LogitsPipeline(temperature=0))
-    zip_full = get_plugin_class("zipar")(window=GRID).build_decoder(
-        pipe, LlamaGenAdapter(tiny_gen), LogitsPipeline(temperature=0), grid=(GRID, GRID))
+    ar = build_decoder(get_plugin_class("ar")(), LlamaGenAdapter(tiny_gen), LogitsPipeline(temperature=0))
+    zip_full = build_decoder(get_plugin_class("zipar")(window=GRID), LlamaGenAdapter(tiny_gen),
+                             LogitsPipeline(temperature=0), grid=(GRID, GRID))
     a = ar.generate(cond, max_new_tokens=GRID * GRID)
     z = zip_full.generate(cond, max_new_tokens=GRID * GRID)
     assert torch.equal(a.sequences, z.sequences)
-    zip_fast = get_plugin_class("zipar")(window=1).build_decoder(
-        pipe, LlamaGenAdapter(tiny_gen), LogitsPipeline(temperature=0), grid=(GRID, GRID))
+    zip_fast = build_decoder(get_plugin_class("zipar")(window=1), LlamaGenAdapter(tiny_gen),
+                             LogitsPipeline(temperature=0), grid=(GRID, GRID))
     assert not torch.equal(zip_fast.generate(cond, max_new_tokens=GRID * GRID).sequences, a.sequences)
 
 
@@ -118,18 +118,17 @@ def janus_pipe():
 
 
 def test_zipar_on_janus_with_guidance(janus_pipe):
-    janus_pipe.plugin = None
     ar = janus_pipe(prompt=["a b", "c"], guidance_scale=2.0, temperature=0, output_type="pt")
-    get_plugin_class("zipar")(window=janus_pipe.grid_size).attach(janus_pipe)
-    full = janus_pipe(prompt=["a b", "c"], guidance_scale=2.0, temperature=0, output_type="pt")
+    full_pipe = get_plugin_class("zipar")(window=janus_pipe.grid_size).attach(janus_pipe)
+    full = full_pipe(prompt=["a b", "c"], guidance_scale=2.0, temperature=0, output_type="pt")
     assert torch.equal(full.tokens, ar.tokens)
-    get_plugin_class("zipar")(window=1).attach(janus_pipe)
-    fast = janus_pipe(prompt=["a b", "c"], guidance_scale=2.0, generator=torch.Generator().manual_seed(0),
-                      output_type="pt")
+    fast_pipe = get_plugin_class("zipar")(window=1).attach(janus_pipe)
+    fast = fast_pipe(prompt=["a b", "c"], guidance_scale=2.0, generator=torch.Generator().manual_seed(0),
+                     output_type="pt")
     grid = janus_pipe.grid_size
     assert fast.stats.target_nfe == num_next_set_forwards(grid, grid, 1) < grid * grid
     assert fast.images.shape[0] == 2
-    janus_pipe.plugin = None
+    assert janus_pipe.plugin is None  # attaching made new pipelines
 
 
 def test_bad_inputs(tiny_gen):
@@ -137,10 +136,7 @@ def test_bad_inputs(tiny_gen):
     with pytest.raises(ValueError, match="window"):
         plugin_cls(window=0)
     with pytest.raises(ValueError, match="grid width"):
-        plugin_cls(window=GRID + 1).build_decoder(None, LlamaGenAdapter(tiny_gen), LogitsPipeline(),
-                                                  grid=(GRID, GRID))
-    with pytest.raises(ValueError, match="2-D grid"):
-        plugin_cls().build_decoder(None, LlamaGenAdapter(tiny_gen), LogitsPipeline(), grid=None)
+        build_decoder(plugin_cls(window=GRID + 1), LlamaGenAdapter(tiny_gen), LogitsPipeline(), grid=(GRID, GRID))
     decoder = ScheduledDecoder(LlamaGenAdapter(tiny_gen), next_set_schedule(GRID, GRID, 2))
     with pytest.raises(ValueError, match="max_new_tokens"):
         decoder.generate(torch.tensor([[16]]), max_new_tokens=5)
@@ -150,7 +146,7 @@ def test_bad_inputs(tiny_gen):
     emu3 = ARImagePipeline(build_tiny_emu3(), tokenizer=tiny_text_tokenizer(
         boi_token="<|image start|>", image_wrapper_token="<|image token|>"))
     emu3.set_progress_bar_config(disable=True)
-    plugin_cls(window=1).attach(emu3)
+    emu3 = plugin_cls(window=1).attach(emu3)
     with pytest.raises(NotImplementedError, match="Emu3"):
         emu3(prompt=["a"], guidance_scale=1.0, output_type="pt", height=8, width=8)
 
@@ -168,10 +164,10 @@ def test_verified_greedy_equals_ar(tiny_gen, window, guidance):
         uncond = tiny_gen.class_token(torch.full_like(labels, tiny_gen.null_class))[:, None]
         target, prefill = CFGModel(target, guidance), (torch.cat([cond, uncond]), None)
     greedy = LogitsPipeline(temperature=0)
-    ar = get_plugin_class("ar")().build_decoder(None, target, greedy).generate(
+    ar = build_decoder(get_plugin_class("ar")(), target, greedy).generate(
         cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
-    verified = get_plugin_class("zipar")(window=window, mode="verified").build_decoder(
-        None, target, greedy, grid=(GRID, GRID)).generate(cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
+    verified = build_decoder(get_plugin_class("zipar")(window=window, mode="verified"), target, greedy,
+                             grid=(GRID, GRID)).generate(cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
     assert torch.equal(verified.sequences, ar.sequences)
     assert verified.stats.target_nfe <= GRID * GRID
 

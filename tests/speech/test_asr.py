@@ -101,7 +101,7 @@ def test_pipeline_accepts_every_input_form_and_agrees(tmp_path, test_rows):
 
     up = torchaudio.functional.resample(torch.from_numpy(wave), 16000, 22050)
     out = pipe([up.numpy(), path], sampling_rate=22050, max_new_tokens=8, batch_size=2)
-    assert len(out.texts) == 2 and out.stats.media_seconds > 0
+    assert len(out.texts) == 2 and out.stats.extra["audio_seconds"] > 0
     # Batched == one by one.
     many = [r["audio"] for r in test_rows[:5]]
     assert pipe(many, batch_size=5, max_new_tokens=8).sequences == pipe(many, batch_size=1, max_new_tokens=8).sequences

@@ -29,11 +29,7 @@ def test_bundled_model_transcribes_held_out_speech(setup):
 @pytest.mark.parametrize("batch_size", [1, 8])
 def test_strict_equals_ar_on_the_bundled_model(setup, batch_size):
     pipe, rows, ar = setup
-    load_plugin("ctc_draft", pipeline=pipe, mode="strict")
-    try:
-        out = pipe([r["audio"] for r in rows], batch_size=batch_size)
-    finally:
-        load_plugin("ar", pipeline=pipe)
+    out = load_plugin("ctc_draft", pipeline=pipe, mode="strict")([r["audio"] for r in rows], batch_size=batch_size)
     assert out.sequences == ar.sequences
     assert out.stats.nfe_per_sample < 0.75 * ar.stats.nfe_per_sample  # CTC drafts are largely kept when trained
 
@@ -41,7 +37,5 @@ def test_strict_equals_ar_on_the_bundled_model(setup, batch_size):
 def test_relaxed_and_ctc_modes_run_on_the_bundled_model(setup):
     pipe, rows, ar = setup
     for mode in ("relaxed", "ctc"):
-        load_plugin("ctc_draft", pipeline=pipe, mode=mode)
-        out = pipe([r["audio"] for r in rows], batch_size=8)
+        out = load_plugin("ctc_draft", pipeline=pipe, mode=mode)([r["audio"] for r in rows], batch_size=8)
         assert len(out.texts) == len(rows) and out.stats.target_nfe <= ar.stats.target_nfe
-    load_plugin("ar", pipeline=pipe)

@@ -75,8 +75,9 @@ def test_callback_and_plugin_switch(pipe):
     seen = []
     pipe(class_labels=0, generator=gens([0]), callback_on_step_end=lambda p, i, t, kw: seen.append(i))
     assert seen == list(range(16))
-    assert load_plugin("ar", pipeline=pipe) is pipe
-    with pytest.raises(ValueError, match="text pipelines"):
+    ar = load_plugin("ar", pipeline=pipe)
+    assert ar is not pipe and ar.transformer is pipe.transformer and ar.plugin.name == "ar"
+    with pytest.raises(ValueError, match="decodes TokenSequence tokens; ARImagePipeline offers CodeGrid"):
         load_plugin("speculative", pipeline=pipe)
 
 

@@ -1,4 +1,4 @@
-"""The bundled byte-level text model pair: the default for the `ar` and `speculative` plugins.
+"""`TextPipeline` and the bundled byte-level text model pair (`text-tiny`), the default of `speculative`.
 
 Both are plain `transformers.LlamaForCausalLM` checkpoints trained by
 `examples/train_text_pair.py` on the docstrings of the Python standard
@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import ast
 import glob
+import json
 import os
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from mmspec.common.logits import LogitsPipeline
+from mmspec.common.model import HFCausalLM
+from mmspec.common.pipeline import Pipeline
+from mmspec.common.plugin import DecodeRequest
+from mmspec.common.stats import DecodeStats
+from mmspec.common.structure import TokenSequence
 
 BOS_ID = 256
 EOS_ID = 257
@@ -109,7 +117,7 @@ class TextOutput:
     stats: object  # DecodeStats
 
 
-class TextPipeline:
+class TextPipeline(Pipeline):
     """Text generation with any decoding plugin, over a causal LM (and an optional draft LM).
 
     With `tokenizer=None` the byte-level scheme of the bundled pair is used;
@@ -117,13 +125,12 @@ class TextPipeline:
     """
 
     modality = "text"
+    pipeline_name = "text"
     bench_num_samples = 32
     call_defaults = {"max_new_tokens": 96, "temperature": 0.0, "top_k": None, "top_p": None}
 
     def __init__(self, model, draft_model=None, tokenizer=None, eos_token_id: int | None = None, plugin=None,
                  model_name: str | None = None):
-        from .model import HFCausalLM
-
         self.model = model
         self.target = HFCausalLM(model)
         self.draft_model = draft_model
@@ -134,11 +141,51 @@ class TextPipeline:
         self.plugin = plugin
         self.device = self.target.device
         self.model_name = model_name or getattr(model.config, "_name_or_path", None) or type(model).__name__
+        self._progress_bar_config = {}
+
+    @property
+    def token_structure(self) -> TokenSequence:
+        return TokenSequence()
 
     @classmethod
     def bundled(cls, device: str = "cpu") -> "TextPipeline":
         target, draft = load_text_pair(device)
         return cls(target, draft, model_name="text-tiny")
+
+    # --- persistence ------------------------------------------------------
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """`target/` (and `draft/`) as transformers checkpoints, the tokenizer, and the attached plugin."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory / "target")
+        if self.draft_model is not None:
+            self.draft_model.save_pretrained(directory / "draft")
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(directory / "tokenizer")
+        (directory / "pipeline.json").write_text(json.dumps({"eos_token_id": self.eos_token_id,
+                                                             "model_name": self.model_name}))
+        self.save_plugin(directory)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, device: str = "cpu",
+                        dtype: torch.dtype = torch.float32) -> "TextPipeline":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        directory = Path(directory)
+        if not (directory / "target" / "config.json").exists():
+            raise FileNotFoundError(f"{str(directory)!r} is not a saved TextPipeline (no target/config.json)")
+        load = lambda name: AutoModelForCausalLM.from_pretrained(directory / name, dtype=dtype).to(device).eval()  # noqa: E731
+        draft = load("draft") if (directory / "draft" / "config.json").exists() else None
+        tokenizer = AutoTokenizer.from_pretrained(directory / "tokenizer") if (directory / "tokenizer").exists() \
+            else None
+        meta = json.loads((directory / "pipeline.json").read_text()) if (directory / "pipeline.json").exists() \
+            else {}
+        return cls(load("target"), draft, tokenizer, eos_token_id=meta.get("eos_token_id"),
+                   plugin=cls.load_saved_plugin(directory), model_name=meta.get("model_name"))
+
+    def set_progress_bar_config(self, **kwargs) -> None:
+        """Accepted for the diffusers convention; text generation draws no progress bar."""
+        self._progress_bar_config = dict(kwargs)
 
     def encode_batch(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         if self.tokenizer is not None:
@@ -161,29 +208,31 @@ class TextPipeline:
 
     @torch.no_grad()
     def __call__(self, prompts, max_new_tokens: int = 96, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, generator=None) -> TextOutput:
-        from .logits import LogitsPipeline
-
+                 top_p: float | None = None, generator=None, return_dict: bool = True):
         if isinstance(prompts, str):
             prompts = [prompts]
-        if not prompts or any(not isinstance(p, str) for p in prompts):
-            raise ValueError("prompts must be a non-empty string or list of strings")
-        if self.plugin is None:
-            from .registry import get_plugin_class
-
-            self.plugin = get_plugin_class("ar")()
+        if not isinstance(prompts, (list, tuple)) or not prompts or any(not isinstance(p, str) for p in prompts):
+            raise ValueError(f"prompts must be a non-empty string or list of strings, got {prompts!r}")
         logits = LogitsPipeline(temperature=temperature, top_k=top_k, top_p=top_p)
-        decoder = self.plugin.build_decoder(self, self.target, logits, eos_token_id=self.eos_token_id,
-                                            pad_token_id=self.eos_token_id)
-        ids, mask = self.encode_batch(prompts)
-        out = decoder.generate(ids, mask, max_new_tokens=max_new_tokens, generator=generator)
+        draft = self.draft_model
+        request = DecodeRequest(self.target, logits, self.token_structure, eos_token_id=self.eos_token_id,
+                                pad_token_id=self.eos_token_id,
+                                draft_model=None if draft is None else HFCausalLM(draft))
+        ids, mask = self.encode_batch(list(prompts))
+        out = self.run_decoder(request, ids, mask, max_new_tokens=max_new_tokens, generator=generator)
         sequences = out.tolist()
-        return TextOutput(texts=[self.decode_tokens(s) for s in sequences], sequences=sequences, stats=out.stats)
+        texts = [self.decode_tokens(s) for s in sequences]
+        if not return_dict:
+            return texts, out.stats
+        return TextOutput(texts=texts, sequences=sequences, stats=out.stats)
+
+    # --- command line -----------------------------------------------------
+    @classmethod
+    def add_cli_arguments(cls, parser) -> None:
+        parser.add_argument("--prompt", action="append", default=[], help="text prompt (repeatable)")
 
     def cli_generate(self, args, call: dict) -> int:
         """`mmspec generate PLUGIN --prompt ...`: print completions (and write JSON with --out)."""
-        import json
-
         prompts = args.prompt or bench_prompts(args.num)
         sequences, stats = self.bench_generate(prompts, args.batch_size, args.seed, call)
         records = [{"prompt": p, "completion": self.decode_tokens(s)} for p, s in zip(prompts, sequences)]
@@ -200,8 +249,6 @@ class TextPipeline:
 
     def bench_generate(self, inputs: list[str], batch_size: int, seed: int, settings: dict):
         """Generate for all inputs; sample i always uses generator seed+i, whatever the batching."""
-        from .stats import DecodeStats
-
         sequences, stats = [], DecodeStats()
         for start in range(0, len(inputs), batch_size):
             chunk = inputs[start:start + batch_size]
@@ -227,10 +274,6 @@ class TextPipeline:
         return {"target_nll": total / max(1, count)}
 
 
-def _register() -> None:
-    from .registry import register_bundled_model
-
-    register_bundled_model("text-tiny", "text", TextPipeline.bundled)
-
-
-_register()
+def bundled_pipeline(device: str = "cpu") -> TextPipeline:
+    """`text-tiny`: the bundled byte-level LlamaForCausalLM pair (target + draft)."""
+    return TextPipeline.bundled(device)

@@ -1,0 +1,156 @@
+"""The `Pipeline` base every pipeline derives from (the package's modalities and third parties').
+
+A pipeline owns the components (models, tokenizers, codecs), turns user inputs into prompts and decoded
+tokens into outputs, and runs the attached plugin's decoder through one hook:
+
+    request = DecodeRequest(target, logits, structure, eos_token_id=..., ...)
+    out = self.run_decoder(request, input_ids, attention_mask, max_new_tokens=..., generator=...)
+
+It offers a token structure (`token_structure`) that plugins check at `load_plugin` time, and it supplies
+what the modality-free bench and CLI need: inputs, generation, quality metrics, extra summary fields,
+table sections and command-line inputs. `with_plugin` returns a new pipeline sharing the components, so
+`load_plugin(name, pipeline=p)` never changes `p`; `save_plugin` / `load_saved_plugin` write and read the
+attached plugin next to the components (pipelines call them from `save_pretrained` / `from_pretrained`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+from .decoder import Decoder, GenerationOutput
+from .plugin import DecodeRequest
+from .stats import DecodeStats
+from .structure import TokenStructure
+
+PLUGIN_FILE = "mmspec_plugin.json"
+
+
+class Pipeline:
+    """Base of every mmspec pipeline. Subclasses set `modality` and implement `token_structure`,
+    `__call__` and the bench protocol; the rest has working defaults."""
+
+    modality: str = ""  # a label such as "text"; open, not a fixed list
+    pipeline_name: str = ""  # the name it is registered under (`register_pipeline`)
+    call_defaults: dict = {}  # `__call__` settings `--set` may change in bench / generate, with defaults
+    bench_num_samples: int = 16
+    plugin = None  # the attached plugin (None: plain AR)
+    draft_model = None  # a separate draft model, for plugins that declare `needs_draft_model`
+    model_name: str | None = None  # the bundled model's name, when loaded as one
+
+    # --- what the tokens are --------------------------------------------------------------------
+    @property
+    def token_structure(self) -> TokenStructure:
+        """The structure of the tokens this pipeline generates (by default settings)."""
+        raise NotImplementedError(f"{type(self).__name__} must define token_structure")
+
+    # --- the decode hook ------------------------------------------------------------------------
+    def active_plugin(self):
+        """The attached plugin, or plain AR."""
+        if self.plugin is None:
+            from .registry import get_plugin_class
+
+            return get_plugin_class("ar")()
+        return self.plugin
+
+    def build_decoder(self, request: DecodeRequest) -> Decoder:
+        decoder = self.active_plugin().build_decoder(self, request)
+        if not isinstance(decoder, Decoder):
+            raise TypeError(f"plugin {self.active_plugin().name!r} built a {type(decoder).__name__}, which does "
+                            "not implement the Decoder protocol (generate(...) -> GenerationOutput)")
+        return decoder
+
+    def run_decoder(self, request: DecodeRequest, input_ids, attention_mask=None, *, max_new_tokens: int,
+                    generator=None, prefill_input: tuple | None = None, callback=None) -> GenerationOutput:
+        """The one place a plugin's decoder runs: build it for this request, generate."""
+        decoder = self.build_decoder(request)
+        return decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
+                                prefill_input=prefill_input, callback=callback)
+
+    # --- plugins side by side --------------------------------------------------------------------
+    def with_plugin(self, plugin) -> "Pipeline":
+        """A new pipeline with the same components (shared, not copied) decoding with `plugin`."""
+        clone = copy.copy(self)
+        for name, value in vars(self).items():  # per-pipeline settings must not leak between the two
+            if isinstance(value, dict) and name.startswith("_progress"):
+                setattr(clone, name, dict(value))
+        clone.plugin = plugin
+        return clone
+
+    # --- persistence -----------------------------------------------------------------------------
+    def save_plugin(self, directory: str | os.PathLike) -> None:
+        """Write the attached plugin (name, config, any trained heads) into `directory`; nothing for AR."""
+        path = Path(directory) / PLUGIN_FILE
+        if self.plugin is None:
+            if path.exists():
+                path.unlink()
+            return
+        from dataclasses import asdict
+
+        overrides = self.plugin.save_pretrained(Path(directory))
+        config = {**asdict(self.plugin.config), **overrides}
+        path.write_text(json.dumps({"name": self.plugin.name, "config": config, "paths": sorted(overrides)},
+                                   indent=2, default=_json_value))
+
+    @staticmethod
+    def load_saved_plugin(directory: str | os.PathLike):
+        """The plugin saved by `save_plugin` in `directory` (None when there is none: plain AR)."""
+        path = Path(directory) / PLUGIN_FILE
+        if not path.exists():
+            return None
+        from .registry import get_plugin_class
+
+        saved = json.loads(path.read_text())
+        config = dict(saved["config"])
+        for key in saved.get("paths", ()):
+            config[key] = str(Path(directory) / config[key])
+        return get_plugin_class(saved["name"])(**config)
+
+    # --- bench protocol (mmspec.common.bench) ----------------------------------------------------
+    def bench_inputs(self, num_samples: int, seed: int) -> list:
+        """`num_samples` deterministic inputs (labels, prompts, audio rows, pages) for the bench."""
+        raise NotImplementedError(f"{type(self).__name__} has no bench inputs")
+
+    def bench_generate(self, inputs: list, batch_size: int, seed: int, settings: dict
+                       ) -> tuple[list[list[int]], DecodeStats]:
+        """Generate for all inputs, batch by batch; input i always uses generator seed + i."""
+        raise NotImplementedError(f"{type(self).__name__} has no bench generation")
+
+    def bench_quality(self, inputs: list, sequences: list[list[int]]) -> dict:
+        """Quality metrics of generated sequences (names -> numbers)."""
+        return {}
+
+    def bench_summary(self, inputs: list, stats: DecodeStats, seconds: float) -> dict:
+        """Extra summary fields of one side of a bench row (e.g. a real-time factor over input media)."""
+        return {}
+
+    bench_baseline_rows: tuple = ()  # settings of plain-AR rows `bench --all` adds for this bundled model
+
+    @classmethod
+    def bench_sections(cls, results: list[dict]) -> list[tuple[str, str, str]]:
+        """(title, intro, markdown table) sections of BENCHMARKS.md for this pipeline's bench rows."""
+        return []
+
+    # --- command line (mmspec generate) -----------------------------------------------------------
+    @classmethod
+    def add_cli_arguments(cls, parser) -> None:
+        """Add this pipeline's input flags to `mmspec generate`'s parser."""
+
+    def cli_generate(self, args, call: dict) -> int:
+        """Run `mmspec generate` with the parsed flags and `--set` call settings; returns an exit code."""
+        raise NotImplementedError(f"{type(self).__name__} does not support `mmspec generate`")
+
+
+def _json_value(value):
+    if isinstance(value, float):
+        return value
+    return str(value)
+
+
+def merge_stats(parts) -> DecodeStats:
+    total = DecodeStats()
+    for part in parts:
+        total = total.merge(part)
+    return total

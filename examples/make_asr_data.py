@@ -1,12 +1,12 @@
 """Synthesize the ASR training features and the committed held-out test set with espeak-ng.
 
-    apt-get install espeak-ng fortunes fortunes-min
+    pip install -e '.[speech-data]'                    # espeak-ng from the espeakng-loader wheel
     python examples/make_asr_data.py                   # runs/asr_data/train.pt + speech/bundled/asr_test
 
-Sentences: Debian fortunes restricted to the 3 000 most frequent words (a closed-vocabulary task, see
-`speech.data.closed_vocabulary_sentences`), split by sentence. Each training sentence is spoken
-`--renditions` times with random voice, speed, pitch, gain, noise and reverb; features are log-mel
-(unnormalised, fp16) so training needs no audio. The test set is one rendition per held-out sentence,
+Sentences: the committed Debian fortunes list (speech/bundled/sentences/fortunes.txt) restricted to the
+3 000 most frequent words (a closed-vocabulary task, see `speech.data.closed_vocabulary_sentences`), split
+by sentence. Each training sentence is spoken `--renditions` times with random voice, speed, pitch, gain,
+noise and reverb; features are log-mel (unnormalised, fp16) so training needs no audio. The test set is one rendition per held-out sentence,
 written as 16 kHz Ogg Vorbis to keep the repository small.
 """
 

@@ -1,17 +1,20 @@
 """Offline speech data: fortune sentences spoken by espeak-ng, resampled to 16 kHz, lightly augmented.
 
-Only data generation needs espeak-ng (``apt-get install espeak-ng``); the held-out test set is committed
-under ``speech/bundled/asr_test`` so tests and benchmarks read Ogg files instead.
+espeak-ng is libespeak-ng from the ``espeakng-loader`` wheel (library and voice data, no apt package),
+driven through ctypes; only data generation needs it (``pip install 'mmspec[speech-data]'``). The held-out
+test set is committed under ``speech/bundled/asr_test`` so tests and benchmarks read Ogg files instead.
+The bundled model was trained on audio from the espeak-ng 1.51 command line (Debian bookworm). The wheel
+ships 1.52 and seeds the breath noise of breathy variants, so regenerated audio is close to, not identical
+with, that data: most committed test utterances re-render to within Vorbis precision, a few differ.
 """
 
 from __future__ import annotations
 
-import io
+import _ctypes
+import ctypes
 import json
 import os
 import random
-import shutil
-import subprocess
 from collections import Counter
 from dataclasses import dataclass
 
@@ -26,6 +29,8 @@ SAMPLE_RATE = 16_000
 
 # Base voices × variants used for training and the test set. The klatt and novelty variants (whisper,
 # croak, robots) are left out: they make the task harder without making the speculative comparison fairer.
+# "en-gb" is no voice file (its voice is "en"): espeak-ng finds it by language and then ignores the variant,
+# so every en-gb+… is plain en-gb, as it was with the espeak-ng command line that made the bundled model's data.
 BASE_VOICES = ("en-us", "en-gb", "en-gb-x-rp", "en-029", "en-us-nyc")
 VOICE_VARIANTS = ("", "f1", "f2", "f3", "f5", "m1", "m2", "m3", "m4", "m5")
 
@@ -74,12 +79,10 @@ def split_sentences(sentences: list[str], num_test: int, seed: int = 0) -> tuple
 
 def synthesize(text: str, rendition: Rendition, rng: np.random.Generator) -> np.ndarray:
     """Speak ``text`` with espeak-ng and degrade it as ``rendition`` says; float32 mono at 16 kHz."""
-    if shutil.which("espeak-ng") is None:
-        raise RuntimeError("espeak-ng is not installed (apt-get install espeak-ng); only data generation needs it")
-    wav_bytes = subprocess.run(
-        ["espeak-ng", "--stdout", "-v", rendition.voice, "-s", str(rendition.words_per_minute),
-         "-p", str(rendition.pitch), text], check=True, capture_output=True).stdout
-    audio, rate = soundfile.read(io.BytesIO(wav_bytes), dtype="float32")
+    # A child generator seeds the breath noise, so rng's own draws (reverb, noise) are those of the command-line
+    # days and a regenerated test set lines up with the committed one.
+    breath_seed = int(rng.spawn(1)[0].integers(2 ** 31))
+    audio, rate = espeak(text, rendition.voice, rendition.words_per_minute, rendition.pitch, seed=breath_seed)
     wave = torchaudio.functional.resample(torch.from_numpy(audio), rate, SAMPLE_RATE).numpy()
     if rendition.reverb_seconds > 0:
         wave = _reverberate(wave, rendition.reverb_seconds, rng)
@@ -88,6 +91,94 @@ def synthesize(text: str, rendition: Rendition, rng: np.random.Generator) -> np.
     signal_power = float(np.mean(wave ** 2)) + 1e-12
     wave = wave + noise * np.sqrt(signal_power / 10 ** (rendition.snr_db / 10))
     return wave.astype(np.float32)
+
+
+# ------------------------------------------------------------------------------ libespeak-ng through ctypes
+# Constants of speak_lib.h.
+_AUDIO_OUTPUT_SYNCHRONOUS = 2  # espeak_Synth returns once every sample went through the callback
+_INITIALIZE_DONT_EXIT = 0x8000  # report a data error instead of calling exit()
+_POS_CHARACTER = 1
+_CHARS_UTF8, _ENDPAUSE = 1, 0x1000  # _ENDPAUSE: the sentence-final pause the command line adds too
+_RATE, _PITCH = 1, 3  # espeak_PARAMETER: words per minute; 0-99, 50 normal
+
+
+class _VOICE(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("languages", ctypes.c_char_p), ("identifier", ctypes.c_char_p),
+                ("gender", ctypes.c_ubyte), ("age", ctypes.c_ubyte), ("variant", ctypes.c_ubyte),
+                ("xx1", ctypes.c_ubyte), ("score", ctypes.c_int), ("spare", ctypes.c_void_p)]
+
+
+_SYNTH_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
+
+
+def _load(library_path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(library_path)  # an absolute path: dlopen searches neither LD_LIBRARY_PATH nor the system
+    lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    lib.espeak_SetSynthCallback.argtypes = [_SYNTH_CALLBACK]
+    lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+    lib.espeak_SetVoiceByProperties.argtypes = [ctypes.POINTER(_VOICE)]
+    lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.espeak_ng_SetRandSeed.argtypes = [ctypes.c_long]
+    lib.espeak_Synth.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
+                                 ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
+    return lib
+
+
+def _espeak_files() -> tuple[str, str]:
+    """The espeakng-loader wheel's libespeak-ng and data folder (absolute paths: no system install is used)."""
+    try:
+        import espeakng_loader
+    except ImportError:
+        raise RuntimeError("espeakng-loader is not installed (pip install 'mmspec[speech-data]'); "
+                           "only data generation needs it") from None
+    return espeakng_loader.get_library_path(), espeakng_loader.get_data_path()
+
+
+def espeak(text: str, voice: str, words_per_minute: int, pitch: int, seed: int) -> tuple[np.ndarray, int]:
+    """``text`` as float32 mono at espeak-ng's own rate, like ``espeak-ng -v voice -s wpm -p pitch``.
+
+    Each call loads the library afresh and unloads it after: libespeak-ng keeps wave phase, pitch and echo
+    state from one utterance to the next (speaking a sentence twice gives two different waves), and what a
+    render_corpus worker happened to speak before must not change an utterance. A reload costs about a
+    millisecond. ``seed`` drives the breath noise of the breathy variants (f2, f3, f5).
+    """
+    library_path, data_path = _espeak_files()
+    variant = voice.partition("+")[2]
+    if variant and not os.path.isfile(os.path.join(data_path, "voices", "!v", variant)):
+        raise ValueError(f"espeak-ng has no voice variant {variant!r}")  # espeak-ng would ignore it silently
+    lib = _load(library_path)
+    rate = lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, data_path.encode(), _INITIALIZE_DONT_EXIT)
+    try:
+        if rate <= 0:
+            raise RuntimeError(f"espeak_Initialize failed ({rate}) with {library_path}")
+        chunks = []
+
+        def collect(wav, num_samples, events) -> int:
+            if num_samples > 0:
+                chunks.append(ctypes.string_at(wav, num_samples * 2))
+            return 0  # continue
+
+        callback = _SYNTH_CALLBACK(collect)  # referenced until synthesis is over: the library keeps the pointer
+        lib.espeak_SetSynthCallback(callback)
+        # As the command line: a voice file name ("en-us"), else a language ("en-gb" lives in the file "en");
+        # the voice first, then the parameters.
+        if (lib.espeak_SetVoiceByName(voice.encode()) != 0
+                and lib.espeak_SetVoiceByProperties(ctypes.byref(_VOICE(languages=voice.encode()))) != 0):
+            raise ValueError(f"espeak-ng has no voice {voice!r}")
+        for parameter, value in ((_RATE, words_per_minute), (_PITCH, pitch)):
+            if lib.espeak_SetParameter(parameter, value, 0) != 0:
+                raise RuntimeError(f"espeak_SetParameter({parameter}, {value}) failed")
+        lib.espeak_ng_SetRandSeed(seed)  # else seeded from the clock in espeak_Initialize
+        data = text.encode("utf-8")
+        status = lib.espeak_Synth(data, len(data) + 1, 0, _POS_CHARACTER, 0, _CHARS_UTF8 | _ENDPAUSE, None, None)
+        if status != 0:
+            raise RuntimeError(f"espeak_Synth failed ({status}) on {text!r}")
+    finally:
+        if rate > 0:
+            lib.espeak_Terminate()  # frees the phoneme data and dictionary dlclose would leak
+        _ctypes.dlclose(lib._handle)
+    pcm = np.frombuffer(b"".join(chunks), dtype=np.int16)
+    return pcm.astype(np.float32) / 32768, rate
 
 
 def _reverberate(wave: np.ndarray, rt60: float, rng: np.random.Generator) -> np.ndarray:

@@ -7,6 +7,12 @@ draft (no re-tokenization for the bundled model; the Whisper adapter re-tokenize
     id 1  <s>   decoder start
     id 2  </s>  decoder end
     id 3… the characters ``' abcdefghijklmnopqrstuvwxyz`` (apostrophe, space, a–z)
+
+The corpus text, ``bundled/sentences/fortunes.txt`` (one sentence a line, in ``fortune_sentences`` order), is
+what the bundled model was trained on: the Debian bookworm packages fortunes and fortunes-min (1:1.99.1-7.3;
+fortunes-off not installed) cleaned by ``fortune_sentences("/usr/share/games/fortunes")``, 18 227 sentences.
+It is committed so data generation needs no apt package; the held-out set in ``bundled/asr_test`` is its
+``closed_vocabulary_sentences`` split (tests check that).
 """
 
 from __future__ import annotations
@@ -80,6 +86,7 @@ class CharTokenizer:
 
 
 # ---------------------------------------------------------------------------------------------- corpus text
+BUNDLED_SENTENCES = os.path.join(os.path.dirname(__file__), "bundled", "sentences", "fortunes.txt")
 _SKIP_FILES = {"art", "ascii-art", "perl", "translate-me"}
 _ABBREVIATION = re.compile(r"\b(mr|mrs|ms|dr|st|jr|sr|vs|etc|prof|inc|ltd|no)\.|\b[a-z]\.[a-z]\.", re.IGNORECASE)
 _ACRONYM = re.compile(r"\b[A-Z]{2,4}\b")
@@ -87,14 +94,19 @@ _ATTRIBUTION = re.compile(r"^\s*(--|-|~)\s*\S")
 _SPEAKER = re.compile(r"^\s*[A-Za-z .]{1,20}:\s")
 
 
-def fortune_sentences(directory: str = "/usr/share/games/fortunes", min_words: int = 3,
-                      max_words: int = 20) -> list[str]:
+def fortune_sentences(directory: str | None = None, min_words: int = 3, max_words: int = 20) -> list[str]:
     """Clean English sentences from the Debian ``fortunes`` files, deduplicated and in a fixed order.
 
-    Attribution lines and speaker labels go; a sentence with digits, symbols, a short all-caps acronym or an
-    abbreviation is dropped (espeak-ng would read them in ways the transcript cannot show); the rest is
-    normalised to lower-case a–z, apostrophes and spaces and kept when it has ``min_words``–``max_words``.
+    Without ``directory``, the committed list (see module docstring), of ``min_words``–``max_words`` words; it
+    was cleaned with the defaults, so a wider range finds nothing more. With ``directory`` (a fortunes folder
+    such as /usr/share/games/fortunes), the cleaning that made the list: attribution lines and speaker labels
+    go; a sentence with digits, symbols, a short all-caps acronym or an abbreviation is dropped (espeak-ng
+    would read them in ways the transcript cannot show); the rest is normalised to lower-case a–z,
+    apostrophes and spaces and kept when it has ``min_words``–``max_words``.
     """
+    if directory is None:
+        with open(BUNDLED_SENTENCES, encoding="utf-8") as f:
+            return [s for s in f.read().splitlines() if min_words <= len(s.split()) <= max_words]
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"{directory} not found: install the Debian packages fortunes and fortunes-min")
     seen, sentences = set(), []

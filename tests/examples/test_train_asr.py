@@ -1,5 +1,6 @@
-"""Smoke tests of the ASR data and training scripts: espeak-ng synthesis of a few sentences, a few training
-steps that resume exactly, and the saved folder loads as an ASRPipeline."""
+"""Smoke tests of the ASR data and training scripts: espeak-ng synthesis of a few sentences (the
+espeakng-loader wheel, the committed sentence list), a few training steps that resume exactly, and the saved
+folder loads as an ASRPipeline."""
 
 from pathlib import Path
 

@@ -193,19 +193,3 @@ def tree_accept(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor
             break
     return Acceptance(num, tokens, path_nodes=path)
 
-
-class AcceptAll(AcceptRule):
-    """Deliberately wrong rule that keeps every draft: output follows the drafter, not the target.
-
-    Exists so statistical tests can show they detect a biased rule.
-    """
-
-    name = "accept_all"
-    lossless = False
-
-    def __call__(self, draft, target_probs, generator=None):
-        batch, k = draft.tokens.shape
-        uniforms = draw_uniform(generator, batch, 1, target_probs.device)
-        bonus = sample_inverse_cdf(target_probs[:, k], uniforms[:, 0])
-        tokens = torch.cat([draft.tokens, bonus[:, None]], 1)
-        return Acceptance(torch.full((batch,), k, dtype=torch.long, device=tokens.device), tokens)

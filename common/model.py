@@ -206,6 +206,15 @@ class HFCausalLM(ARModel):
         map_dynamic_cache(state.cache, fn)
 
 
+def cfg_combine(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
+    """Classifier-free guidance u + s·(c − u) of conditional and unconditional logits (same shape).
+
+    The one place the formula lives: the target adapter and every drafter head that mimics it use this,
+    so drafts are guided exactly as the target's logits are.
+    """
+    return uncond + scale * (cond - uncond)
+
+
 class CFGModel(ARModel):
     """Classifier-free guidance as an adapter: rows [cond; uncond], logits u + s·(c − u).
 
@@ -231,7 +240,7 @@ class CFGModel(ARModel):
 
     def combine(self, logits: torch.Tensor) -> torch.Tensor:
         cond, uncond = logits.chunk(2, dim=0)
-        return uncond + self.guidance_scale * (cond - uncond)
+        return cfg_combine(cond, uncond, self.guidance_scale)
 
     def prefill(self, input_ids, attention_mask=None, output_hidden=False):
         if input_ids.shape[0] % 2:

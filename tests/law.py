@@ -6,8 +6,8 @@ import itertools
 import torch
 from scipy.stats import chisquare
 
-from mmspec.common.accept import Acceptance, SpeculativeSampling
-from mmspec.common.kernels import speculative_accept_reference
+from mmspec.common.accept import Acceptance, AcceptRule, SpeculativeSampling
+from mmspec.common.kernels import assemble_tokens, sample_inverse_cdf, speculative_accept_reference
 from mmspec.common.logits import draw_uniform
 
 
@@ -38,15 +38,38 @@ def class_grid_law(model, label: int, num_tokens: int) -> torch.Tensor:
     return probs.gather(2, seqs[:, :, None]).squeeze(2).prod(1)
 
 
+def speculative_accept_residual_from_target(draft_tokens, draft_probs, target_probs, uniforms, residual_uniform):
+    """Planted bug in `speculative_accept_reference`'s signature: the same test, but the extra token is drawn
+    from p at the first rejection instead of max(p − q, 0)."""
+    num, _ = speculative_accept_reference(draft_tokens, draft_probs, target_probs, uniforms, residual_uniform)
+    rows = torch.arange(draft_tokens.shape[0], device=draft_tokens.device)
+    extra = sample_inverse_cdf(target_probs[rows, num], residual_uniform)
+    return num, assemble_tokens(draft_tokens, num, extra)
+
+
 class ResidualFromTarget(SpeculativeSampling):
     """Planted bug: on rejection resample from p instead of max(p − q, 0)."""
 
     def __call__(self, draft, target_probs, generator=None):
         batch, k = draft.tokens.shape
         u = draw_uniform(generator, batch, k + 1, target_probs.device)
-        num, tokens = speculative_accept_reference(draft.tokens, draft.probs, target_probs, u[:, :k], u[:, k],
-                                                   _wrong_residual=True)
+        num, tokens = speculative_accept_residual_from_target(draft.tokens, draft.probs, target_probs, u[:, :k],
+                                                              u[:, k])
         return Acceptance(num, tokens)
+
+
+class AcceptAll(AcceptRule):
+    """Planted bug: keep every draft, so the output follows the drafter, not the target."""
+
+    name = "accept_all"
+    lossless = False
+
+    def __call__(self, draft, target_probs, generator=None):
+        batch, k = draft.tokens.shape
+        uniforms = draw_uniform(generator, batch, 1, target_probs.device)
+        bonus = sample_inverse_cdf(target_probs[:, k], uniforms[:, 0])
+        num = torch.full((batch,), k, dtype=torch.long, device=draft.tokens.device)
+        return Acceptance(num, assemble_tokens(draft.tokens, num, bonus))
 
 
 # --- a 4-token LM whose law over a few new tokens is enumerable (decoder-level law tests) ------------------

@@ -3,6 +3,9 @@
 Every op has a pure-torch reference and, when Triton is importable, a Triton
 kernel.  `kernel_backend` picks one per call so the same code runs on a
 CUDA device, on CPU under the Triton interpreter, and on CPU without Triton.
+The torch maths every rule shares (residual, extra token, token layout) is in
+`sampling`; the Triton building blocks plugins' kernels share are in
+`triton_utils`.
 """
 
 from __future__ import annotations
@@ -53,7 +56,12 @@ def kernel_backend(device: torch.device | str) -> str:
     return "triton"
 
 
-from .sampling import sample_inverse_cdf  # noqa: E402  (needs kernel_backend defined first)
+from .sampling import (  # noqa: E402  (needs kernel_backend defined first)
+    assemble_tokens,
+    residual_distribution,
+    sample_extra_token,
+    sample_inverse_cdf,
+)
 from .accept import (  # noqa: E402
     greedy_accept,
     greedy_accept_reference,
@@ -65,6 +73,9 @@ __all__ = [
     "HAS_TRITON",
     "kernel_backend",
     "sample_inverse_cdf",
+    "residual_distribution",
+    "sample_extra_token",
+    "assemble_tokens",
     "greedy_accept",
     "greedy_accept_reference",
     "speculative_accept",

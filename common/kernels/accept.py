@@ -9,14 +9,16 @@ the kernels must reproduce them token for token.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from . import HAS_TRITON, kernel_backend
-from .sampling import sample_inverse_cdf
+from .sampling import assemble_tokens, sample_extra_token
+from .triton_utils import require_launchable
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
+
+    from .triton_utils import sample_residual
 
 # Caps per-program register use on GPU; larger vocabularies loop over blocks.
 _MAX_BLOCK_V = 1024
@@ -126,11 +128,8 @@ def greedy_accept_reference(
     if lengths is not None:
         match &= torch.arange(K, device=match.device) < lengths[:, None]
     num_accepted = match.long().cumprod(-1).sum(-1)  # [B]
-    pos = torch.arange(K + 1, device=draft_tokens.device)
-    # Accepted drafts equal the target there, so the target row already holds
-    # both the accepted prefix and the correction/bonus token.
-    tokens = torch.where(pos <= num_accepted[:, None], target_argmax.long(), -1)
-    return num_accepted, tokens
+    extra = target_argmax.long().gather(1, num_accepted[:, None]).squeeze(1)  # correction or bonus token
+    return num_accepted, assemble_tokens(draft_tokens, num_accepted, extra)
 
 
 def _accept_mask(
@@ -159,8 +158,6 @@ def speculative_accept_reference(
     uniforms: torch.Tensor,  # float[B, K] in [0, 1)
     residual_uniform: torch.Tensor,  # float[B] in [0, 1)
     lengths: torch.Tensor | None = None,  # Long[B]: row b has only its first lengths[b] drafts
-    *,
-    _wrong_residual: bool = False,  # test hook: resample from p instead of max(p - q, 0)
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (Long[B], Long[B, K+1])
     B, K = draft_tokens.shape
     draft_tokens = draft_tokens.long()
@@ -168,30 +165,8 @@ def speculative_accept_reference(
     limit = torch.full((B,), K, dtype=torch.long, device=draft_tokens.device) if lengths is None else lengths
     accept &= torch.arange(K, device=accept.device) < limit[:, None]
     num_accepted = accept.long().cumprod(-1).sum(-1)  # [B]
-
-    rows = torch.arange(B, device=draft_tokens.device)
-    p_n = target_probs[rows, num_accepted]  # [B, V]
-    weights = p_n
-    if K > 0:
-        # Rows with n == K read a dummy draft row; use_residual masks them out.
-        n_draft = num_accepted.clamp(max=K - 1)
-        if _wrong_residual:
-            residual = p_n
-        elif draft_probs is None:
-            residual = p_n.scatter(-1, draft_tokens[rows, n_draft].unsqueeze(-1), 0.0)
-        else:
-            residual = (p_n - draft_probs[rows, n_draft]).clamp_min(0)
-        # All-zero residual means p == q up to rounding; then p itself is the
-        # correct distribution to resample from.
-        use_residual = (num_accepted < limit) & (residual > 0).any(-1)
-        weights = torch.where(use_residual[:, None], residual, p_n)
-    sampled = sample_inverse_cdf(weights, residual_uniform)  # [B]
-
-    pos = torch.arange(K + 1, device=draft_tokens.device)
-    drafts = F.pad(draft_tokens, (0, 1), value=-1)  # [B, K+1]
-    tokens = torch.where(pos < num_accepted[:, None], drafts, -1)
-    tokens = tokens.scatter(1, num_accepted[:, None], sampled[:, None])
-    return num_accepted, tokens
+    extra = sample_extra_token(target_probs, draft_tokens, draft_probs, num_accepted, residual_uniform, lengths)
+    return num_accepted, assemble_tokens(draft_tokens, num_accepted, extra)
 
 
 # --------------------------------------------------------------------------
@@ -225,37 +200,6 @@ if HAS_TRITON:
         tokens = tl.where(k <= n, target, -1)
         tl.store(tokens_ptr + row * (K + 1) + k, tokens.to(tl.int64), mask=in_row)
         tl.store(num_accepted_ptr + row, n.to(tl.int64))
-
-    @triton.jit
-    def _vocab_block(
-        target_row,  # pointer to target_probs[b, n, 0]
-        draft_row,  # pointer to draft_probs[b, n, 0]; only read when has_draft_row
-        offs,  # int[BLOCK_V] vocabulary indices of this block
-        V,
-        has_draft_row,
-        draft_token,
-        HAS_DRAFT_PROBS: tl.constexpr,
-    ):
-        """Target probs and residual weights for one vocabulary block."""
-        in_vocab = offs < V
-        p = tl.load(target_row + offs, mask=in_vocab, other=0.0)
-        if HAS_DRAFT_PROBS:
-            q = tl.load(draft_row + offs, mask=in_vocab & has_draft_row, other=0.0)
-            r = tl.maximum(p - q, 0.0)
-        else:
-            r = tl.where(offs == draft_token, 0.0, p)
-        return p, r
-
-    @triton.jit
-    def _block_prefix(w, carry, BLOCK_V: tl.constexpr):
-        """Running prefix sums of one block and the new carry.
-
-        Both passes use this so the total from pass 1 is bit-identical to the
-        last prefix of pass 2, which keeps u * total strictly inside the CDF.
-        """
-        prefix = carry + tl.cumsum(w, axis=0)
-        last = tl.sum(tl.where(tl.arange(0, BLOCK_V) == BLOCK_V - 1, prefix, 0.0), axis=0)
-        return prefix, last
 
     @triton.jit(do_not_specialize=["K", "V"])
     def _speculative_accept_kernel(
@@ -296,51 +240,14 @@ if HAS_TRITON:
         n = tl.min(tl.where(accept, BLOCK_K, k), axis=0)
         draft_n = tl.sum(tl.where(k == n, draft, 0), axis=0)
         has_draft_row = n < limit
-        target_row = target_rows + n * V64
-        draft_row = draft_probs_ptr + (row * K + n) * V64
-
-        # Pass 1: mass of the distribution we sample from (residual after a
-        # rejection, target for the bonus token), to scale u.
-        total = 0.0
-        for start in range(0, V, BLOCK_V):
-            offs = start + tl.arange(0, BLOCK_V)
-            pb, rb = _vocab_block(target_row, draft_row, offs, V, has_draft_row, draft_n, HAS_DRAFT_PROBS)
-            _, total = _block_prefix(tl.where(has_draft_row, rb, pb), total, BLOCK_V)
-        use_residual = has_draft_row & (total > 0.0)
-        if has_draft_row & (total == 0.0):
-            # Rare (p == q after rounding): resample from the target instead.
-            total = 0.0
-            for start in range(0, V, BLOCK_V):
-                offs = start + tl.arange(0, BLOCK_V)
-                pb, _ = _vocab_block(target_row, draft_row, offs, V, has_draft_row, draft_n, HAS_DRAFT_PROBS)
-                _, total = _block_prefix(pb, total, BLOCK_V)
-        thr = tl.load(residual_uniform_ptr + row) * total
-
-        # Pass 2: inverse CDF = number of entries whose prefix sum is <= thr.
-        carry = 0.0
-        count = 0
-        for start in range(0, V, BLOCK_V):
-            offs = start + tl.arange(0, BLOCK_V)
-            pb, rb = _vocab_block(target_row, draft_row, offs, V, has_draft_row, draft_n, HAS_DRAFT_PROBS)
-            w = tl.where(use_residual, rb, pb)
-            prefix, carry = _block_prefix(w, carry, BLOCK_V)
-            count += tl.sum(((prefix <= thr) & (offs < V)).to(tl.int32), axis=0)
-        sampled = tl.minimum(count, V - 1)
+        # The residual after a rejection, the target row for the bonus token.
+        u_n = tl.load(residual_uniform_ptr + row)
+        sampled = sample_residual(target_rows + n * V64, draft_probs_ptr + (row * K + n) * V64, V, has_draft_row,
+                                  draft_n, u_n, HAS_DRAFT_PROBS, BLOCK_V)
 
         tokens = tl.where(k < n, draft, tl.where(k == n, sampled, -1))
         tl.store(tokens_ptr + row * (K + 1) + k, tokens.to(tl.int64), mask=k < K + 1)
         tl.store(num_accepted_ptr + row, n.to(tl.int64))
-
-
-def _require_launchable(kernel, device: torch.device) -> None:
-    # The interpret/compile choice is frozen when @triton.jit runs (import of
-    # this module), so a later TRITON_INTERPRET=1 cannot rescue a CPU launch.
-    interpreted = type(kernel).__name__ == "InterpretedFunction"
-    if device.type != "cuda" and not interpreted:
-        raise RuntimeError(
-            f"the Triton kernels were compiled for GPU but the tensors are on {device}; "
-            "set TRITON_INTERPRET=1 before importing triton/mmspec, or set MMSPEC_KERNELS=torch"
-        )
 
 
 def _greedy_accept_triton(
@@ -354,7 +261,7 @@ def _greedy_accept_triton(
     tokens = torch.empty(B, K + 1, dtype=torch.long, device=device)
     if B == 0:
         return num_accepted, tokens
-    _require_launchable(_greedy_accept_kernel, device)
+    require_launchable(_greedy_accept_kernel, device)
     _greedy_accept_kernel[(B,)](
         draft_tokens.long().contiguous(),
         target_argmax.long().contiguous(),
@@ -383,7 +290,7 @@ def _speculative_accept_triton(
     tokens = torch.empty(B, K + 1, dtype=torch.long, device=device)
     if B == 0:
         return num_accepted, tokens
-    _require_launchable(_speculative_accept_kernel, device)
+    require_launchable(_speculative_accept_kernel, device)
     target_probs = target_probs.contiguous()
     has_draft_probs = draft_probs is not None
     _speculative_accept_kernel[(B,)](

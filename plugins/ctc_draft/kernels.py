@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from mmspec.common.kernels import HAS_TRITON, kernel_backend
+from mmspec.common.kernels import HAS_TRITON, assemble_tokens, kernel_backend
+from mmspec.common.kernels.triton_utils import require_launchable
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
-
-    from mmspec.common.kernels.accept import _require_launchable
 
 _MAX_BLOCK_V = 16384
 
@@ -60,10 +59,7 @@ def floor_accept_reference(draft_tokens, target_probs, floor: float, lengths):
     ok = (p_draft >= floor) | (draft_tokens == argmax[:, :k])
     ok &= torch.arange(k, device=ok.device)[None, :] < lengths[:, None]
     num = ok.long().cumprod(1).sum(1)
-    pos = torch.arange(k + 1, device=ok.device)[None, :]
-    padded = torch.cat([draft_tokens, draft_tokens.new_full((draft_tokens.shape[0], 1), -1)], 1)
-    tokens = torch.where(pos < num[:, None], padded, torch.where(pos == num[:, None], argmax, -1))
-    return num, tokens
+    return num, assemble_tokens(draft_tokens, num, argmax.gather(1, num[:, None]).squeeze(1))
 
 
 if HAS_TRITON:
@@ -129,7 +125,7 @@ def ctc_greedy(logits: torch.Tensor, lengths: torch.Tensor, blank: int = 0):
     lengths = lengths.long().to(logits.device)
     if kernel_backend(logits.device) != "triton" or batch == 0 or frames == 0 or vocab > _MAX_BLOCK_V:
         return ctc_greedy_reference(logits, lengths, blank)
-    _require_launchable(_ctc_greedy_kernel, logits.device)
+    require_launchable(_ctc_greedy_kernel, logits.device)
     tokens = torch.full((batch, frames), -1, dtype=torch.long, device=logits.device)
     counts = torch.empty(batch, dtype=torch.long, device=logits.device)
     max_h = torch.empty(batch, dtype=torch.float32, device=logits.device)
@@ -155,7 +151,7 @@ def floor_accept(draft_tokens: torch.Tensor, target_probs: torch.Tensor, floor: 
     draft_tokens = draft_tokens.long()
     if kernel_backend(draft_tokens.device) != "triton" or batch == 0:
         return floor_accept_reference(draft_tokens, target_probs, floor, lengths)
-    _require_launchable(_floor_accept_kernel, draft_tokens.device)
+    require_launchable(_floor_accept_kernel, draft_tokens.device)
     num = torch.empty(batch, dtype=torch.long, device=draft_tokens.device)
     tokens = torch.empty(batch, k + 1, dtype=torch.long, device=draft_tokens.device)
     _floor_accept_kernel[(batch,)](draft_tokens.contiguous(), target_probs.float().contiguous(),

@@ -24,7 +24,7 @@ import torch
 
 from mmspec.common.accept import Acceptance, AcceptRule, GreedyMatch, SpeculativeSampling
 from mmspec.common.decoder import SpeculativeDecoder
-from mmspec.common.kernels import sample_inverse_cdf
+from mmspec.common.kernels import assemble_tokens, sample_extra_token
 from mmspec.common.logits import draw_uniform
 from mmspec.common.plugin import Plugin
 from mmspec.common.registry import field_choices, field_range, register_plugin
@@ -68,16 +68,8 @@ class GroupedAcceptance(AcceptRule):
         allowed = p.gather(1, x[:, None]).squeeze(1) > 0
         accept = ((uniforms[:, :k].reshape(-1) * pooled_q <= pooled_p) & allowed).view(batch, k)
         num = accept.long().cumprod(1).sum(1)
-
-        rows = torch.arange(batch, device=device)
-        p_n = target_probs[rows, num]
-        residual = (p_n - draft.probs[rows, num.clamp(max=k - 1)]).clamp_min(0)
-        use_residual = (num < k) & (residual > 0).any(1)
-        extra = sample_inverse_cdf(torch.where(use_residual[:, None], residual, p_n), uniforms[:, k])
-        slots = torch.arange(k + 1, device=device)
-        padded = torch.cat([draft.tokens, draft.tokens.new_full((batch, 1), -1)], 1)
-        tokens = torch.where(slots < num[:, None], padded, -1).scatter(1, num[:, None], extra[:, None])
-        return Acceptance(num, tokens)
+        extra = sample_extra_token(target_probs, draft.tokens, draft.probs, num, uniforms[:, k])
+        return Acceptance(num, assemble_tokens(draft.tokens, num, extra))
 
 
 def median_squared_distance(embeddings: torch.Tensor, max_points: int = 1024) -> float:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from mmspec.common.kernels import HAS_TRITON, kernel_backend, sample_inverse_cdf
+from mmspec.common.kernels import HAS_TRITON, kernel_backend, residual_distribution, sample_inverse_cdf
+from mmspec.common.kernels.triton_utils import require_launchable
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from mmspec.common.kernels.accept import _block_prefix, _require_launchable
+    from mmspec.common.kernels.triton_utils import sample_residual
 
 _MAX_BLOCK_V = 1024
 _MAX_BLOCK_D = 128
@@ -46,9 +47,7 @@ def maximal_coupling_reference(prev_tokens, prev_probs, new_probs, keep_uniform,
     p_x = new_probs.gather(1, x).squeeze(1)
     q_x = prev_probs.gather(1, x).squeeze(1)
     keep = (keep_uniform * q_x <= p_x) & (p_x > 0)
-    residual = (new_probs - prev_probs).clamp_min(0)
-    weights = torch.where((residual > 0).any(1, keepdim=True), residual, new_probs)
-    sampled = sample_inverse_cdf(weights, residual_uniform)
+    sampled = sample_inverse_cdf(residual_distribution(new_probs, prev_probs), residual_uniform)
     return torch.where(keep, prev_tokens, sampled), keep
 
 
@@ -64,30 +63,9 @@ if HAS_TRITON:
         p_x = tl.load(p_row + x)
         keep = (tl.load(keep_uniform_ptr + row) * tl.load(q_row + x) <= p_x) & (p_x > 0.0)
 
-        # Pass 1: residual mass (p's mass when the residual is empty).
-        residual_total = 0.0
-        p_total = 0.0
-        for start in range(0, V, BLOCK_V):
-            offs = start + tl.arange(0, BLOCK_V)
-            p = tl.load(p_row + offs, mask=offs < V, other=0.0)
-            q = tl.load(q_row + offs, mask=offs < V, other=0.0)
-            _, residual_total = _block_prefix(tl.maximum(p - q, 0.0), residual_total, BLOCK_V)
-            _, p_total = _block_prefix(p, p_total, BLOCK_V)
-        use_residual = residual_total > 0.0
-        total = tl.where(use_residual, residual_total, p_total)
-        thr = tl.load(residual_uniform_ptr + row) * total
-
-        # Pass 2: inverse CDF.
-        carry = 0.0
-        count = 0
-        for start in range(0, V, BLOCK_V):
-            offs = start + tl.arange(0, BLOCK_V)
-            p = tl.load(p_row + offs, mask=offs < V, other=0.0)
-            q = tl.load(q_row + offs, mask=offs < V, other=0.0)
-            w = tl.where(use_residual, tl.maximum(p - q, 0.0), p)
-            prefix, carry = _block_prefix(w, carry, BLOCK_V)
-            count += tl.sum(((prefix <= thr) & (offs < V)).to(tl.int32), axis=0)
-        sampled = tl.minimum(count, V - 1).to(tl.int64)
+        # Drawn for every row and used where the keep test fails: one code path, no divergent branch.
+        sampled = sample_residual(p_row, q_row, V, True, 0, tl.load(residual_uniform_ptr + row), True,
+                                  BLOCK_V).to(tl.int64)
         tl.store(tokens_ptr + row, tl.where(keep, x, sampled))
         tl.store(kept_ptr + row, keep.to(tl.int8))
 
@@ -143,7 +121,7 @@ def maximal_coupling(prev_tokens: torch.Tensor, prev_probs: torch.Tensor, new_pr
             keep_uniform.float().contiguous(), residual_uniform.float().contiguous())
     if kernel_backend(prev_tokens.device) != "triton" or n == 0:
         return maximal_coupling_reference(*args)
-    _require_launchable(_maximal_coupling_kernel, prev_tokens.device)
+    require_launchable(_maximal_coupling_kernel, prev_tokens.device)
     tokens = torch.empty(n, dtype=torch.long, device=prev_tokens.device)
     kept = torch.empty(n, dtype=torch.int8, device=prev_tokens.device)
     _maximal_coupling_kernel[(n,)](*args, tokens, kept, vocab,
@@ -202,7 +180,7 @@ def group_sums(tokens: torch.Tensor, candidates: torch.Tensor, target_probs: tor
             draft_probs.float().contiguous(), embeddings.float().contiguous())
     if kernel_backend(tokens.device) != "triton" or n == 0:
         return group_sums_reference(*args, prob_gap, dist_threshold)
-    _require_launchable(_group_sums_kernel, tokens.device)
+    require_launchable(_group_sums_kernel, tokens.device)
     pooled_p = torch.empty(n, dtype=torch.float32, device=tokens.device)
     pooled_q = torch.empty(n, dtype=torch.float32, device=tokens.device)
     width, dim = candidates.shape[1], embeddings.shape[1]

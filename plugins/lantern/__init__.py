@@ -30,7 +30,7 @@ import torch
 
 from mmspec.common.accept import Acceptance, AcceptRule, GreedyMatch, SpeculativeSampling, tree_accept
 from mmspec.common.decoder import SpeculativeDecoder
-from mmspec.common.kernels import sample_inverse_cdf
+from mmspec.common.kernels import assemble_tokens, sample_extra_token
 from mmspec.common.logits import draw_uniform
 from mmspec.common.plugin import Plugin
 from mmspec.common.registry import field_range, register_plugin
@@ -108,28 +108,18 @@ class RelaxedAcceptance(AcceptRule):
             self.records.append({"tokens": x[tested], "target": p[tested], "pooled": pooled[tested],
                                  "count": count[tested], "accepted": accept.reshape(-1)[tested]})
 
-        rejected = num < k
-        p_n = target_probs[rows, num]  # the bonus distribution where every draft was kept
         if self.greedy:
-            extra = p_n.argmax(-1)
+            extra = target_probs[rows, num].argmax(-1)
         else:
+            # The rejected draft was tested against its relaxed target p^x: the residual comes from that.
             at = rows * k + num.clamp(max=k - 1)
-            x_n = x[at]
-            relaxed = p_n.clone()
+            relaxed = target_probs[rows, num].clone()  # [B, V]
             drop = merged[at] >= 0
             relaxed[rows[:, None].expand_as(drop)[drop], merged[at][drop]] = 0.0
-            relaxed[rows, x_n] = pooled[at]
-            q_n = (torch.nn.functional.one_hot(x_n, vocab).to(relaxed.dtype) if draft.probs is None
-                   else draft.probs[rows, num.clamp(max=k - 1)].to(relaxed.dtype))
-            residual = (relaxed - q_n).clamp_min(0)
-            # p^x = q exactly leaves no residual; the relaxed target itself is then the right law.
-            use_residual = residual.sum(-1) > 0
-            weights = torch.where(rejected[:, None], torch.where(use_residual[:, None], residual, relaxed), p_n)
-            extra = sample_inverse_cdf(weights, uniforms[:, k])
-        slots = torch.arange(k + 1, device=device)
-        padded = torch.cat([draft.tokens, draft.tokens.new_full((batch, 1), -1)], 1)
-        tokens = torch.where(slots < num[:, None], padded, -1).scatter(1, num[:, None], extra[:, None])
-        return Acceptance(num, tokens)
+            relaxed[rows, x[at]] = pooled[at]
+            q = None if draft.probs is None else draft.probs.to(relaxed.dtype)
+            extra = sample_extra_token(target_probs, draft.tokens, q, num, uniforms[:, k], tested_probs=relaxed)
+        return Acceptance(num, assemble_tokens(draft.tokens, num, extra))
 
     def _tree(self, draft, target_probs, generator) -> Acceptance:
         def relax(probs, tokens):

@@ -29,11 +29,11 @@ from diffusers.configuration_utils import register_to_config
 from mmspec.common.accept import Acceptance, Draft
 from mmspec.common.draft import Drafter, StepContext
 from mmspec.common.kernels import sample_inverse_cdf
+from mmspec.common.layers import TransformerBlock, find_multiple
 from mmspec.common.logits import draw_uniform
-from mmspec.common.model import ARModel, CFGModel, DecodeState
+from mmspec.common.model import ARModel, CFGModel, DecodeState, cfg_combine
 from mmspec.common.slots import SlotTable, additive_mask
 from mmspec.common.tree import TreeSpec
-from mmspec.vision.llamagen import TransformerBlock, find_multiple
 
 BUNDLED_EAGLE_HEAD = Path(__file__).resolve().parents[2] / "vision" / "bundled" / "eagle_head"
 
@@ -47,7 +47,8 @@ def rope_1d(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.
 
 
 class EagleHead(ModelMixin, ConfigMixin):
-    """fc(2H→H) + one LlamaGen-style transformer layer (RMSNorm, SwiGLU, 1-D RoPE over absolute positions)."""
+    """fc(2H→H) + one pre-norm transformer layer (`mmspec.common.layers`: RMSNorm, SwiGLU; 1-D RoPE over
+    absolute positions), the layer of the LlamaGen-style targets it was trained with."""
 
     @register_to_config
     def __init__(self, hidden_size: int = 256, num_heads: int = 4, vocab_size: int = 512,
@@ -170,7 +171,7 @@ class EagleDrafter(Drafter):
         if self._halves == 1:
             return logits
         cond, uncond = logits.chunk(2, 0)
-        return uncond + self.guidance_scale * (cond - uncond)
+        return cfg_combine(cond, uncond, self.guidance_scale)
 
     def _feed_verified(self, ctx: StepContext) -> torch.Tensor:
         """Feed what the target verified since the last draft; returns the root feature [R, 1, H], the head's

@@ -15,12 +15,11 @@ from __future__ import annotations
 import torch
 
 from mmspec.common.kernels import HAS_TRITON, kernel_backend
+from mmspec.common.kernels.triton_utils import require_launchable
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
-
-    from mmspec.common.kernels.accept import _require_launchable
 
 _MAX_BLOCK_K = 1024
 
@@ -94,7 +93,7 @@ def pooled_probability(tokens: torch.Tensor, neighbours: torch.Tensor, target_pr
     n, k = tokens.shape[0], neighbours.shape[1]
     if kernel_backend(tokens.device) != "triton" or n == 0 or k > _MAX_BLOCK_K:
         return pooled_probability_reference(*args, delta, lam)
-    _require_launchable(_pooled_probability_kernel, tokens.device)
+    require_launchable(_pooled_probability_kernel, tokens.device)
     pooled = torch.empty(n, dtype=torch.float32, device=tokens.device)
     count = torch.empty(n, dtype=torch.long, device=tokens.device)
     _pooled_probability_kernel[(n,)](*args, pooled, count, target_probs.shape[1], k,

@@ -39,7 +39,7 @@ from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.draft import Drafter, StepContext
 from mmspec.common.kernels import sample_inverse_cdf
 from mmspec.common.logits import draw_uniform
-from mmspec.common.model import CFGModel
+from mmspec.common.model import CFGModel, cfg_combine
 from mmspec.common.plugin import Plugin
 from mmspec.common.registry import field_range, register_plugin
 
@@ -106,7 +106,7 @@ class SpatialDrafter(Drafter):
         logits = head(gather(self.store.cond).to(dtype)).float()
         if self.guidance_scale is not None and self.store.uncond is not None:
             uncond = head(gather(self.store.uncond).to(dtype)).float()
-            logits = uncond + self.guidance_scale * (logits - uncond)
+            logits = cfg_combine(logits, uncond, self.guidance_scale)
         ok = (slots >= 0) & self.store.known.gather(1, idx)
         return torch.where(ok[..., None], logits, self.heads.prior_logits.float())
 

@@ -10,11 +10,11 @@ import itertools
 
 import pytest
 import torch
-from law import ResidualFromTarget, gof_pvalue
+from law import AcceptAll, ResidualFromTarget, gof_pvalue
 from scipy.stats import chi2_contingency
 from tiny_models import perturbed_copy, tiny_llama
 
-from mmspec.common.accept import AcceptAll, SpeculativeSampling
+from mmspec.common.accept import SpeculativeSampling
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.draft import DraftModelDrafter
 from mmspec.common.logits import LogitsPipeline

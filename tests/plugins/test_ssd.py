@@ -3,9 +3,8 @@ the drafter's use of the row above, the bundled heads, bad inputs."""
 
 import pytest
 import torch
-from law import class_grid_law, gof_pvalue, sequence_codes
+from law import AcceptAll, class_grid_law, gof_pvalue, sequence_codes
 
-from mmspec.common.accept import AcceptAll
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import CFGModel
 from mmspec.common.registry import get_plugin_class

@@ -42,6 +42,7 @@ class Plugin:
     name: str = "base"
     modality: str = "text"  # a label for listing and for the default bundled model; "any" runs everywhere
     lossless: bool = True
+    lossless_config: dict = {}  # config that makes a plugin lossy by default lossless (e.g. a verified mode)
     paper: str = ""
     Config: type = NoConfig
     requires: type | tuple = TokenStructure  # the token structure(s) this plugin decodes

@@ -35,11 +35,14 @@ class CodeGrid(TokenStructure):
 
     latents: [V, D] the codebook's latent vector per code, for methods that compare codes by latent
     (None where the model has no codebook to share).
+    rows_in_parallel: whether the model can decode several rows at once (tokens fed out of raster order,
+    placeholders fed for their output only); False where the model ties extra tokens to raster order.
     """
 
     rows: int
     cols: int
     latents: torch.Tensor | None = None  # [V, D] float
+    rows_in_parallel: bool = True
 
     def __post_init__(self):
         for name in ("rows", "cols"):

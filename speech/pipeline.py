@@ -166,11 +166,11 @@ class ASRPipeline(Pipeline):
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        logits = LogitsPipeline(temperature=temperature)  # bad settings fail before any audio is read
         waves = [load_audio(x, sampling_rate, name=f"audio[{i}]") for i, x in enumerate(items)]
         generators = generator if isinstance(generator, list) else [generator] * len(waves)
         if len(generators) != len(waves):
             raise ValueError(f"got {len(generators)} generators for {len(waves)} inputs")
-        logits = LogitsPipeline(temperature=temperature)
         texts, sequences, stats = [], [], DecodeStats()
         starts = range(0, len(waves), batch_size)
         bar = tqdm(starts, desc="transcribing", disable=len(starts) < 2 or self._progress.get("disable", False),

@@ -28,6 +28,7 @@ from mmspec.common.kernels import assemble_tokens, sample_extra_token
 from mmspec.common.logits import draw_uniform
 from mmspec.common.plugin import Plugin
 from mmspec.common.registry import field_choices, field_range, register_plugin
+from mmspec.common.structure import CodeGrid
 
 from .drafter import COUPLINGS, INITS, JacobiDrafter
 from .kernels import group_sums, rank_window
@@ -82,10 +83,6 @@ def median_squared_distance(embeddings: torch.Tensor, max_points: int = 1024) ->
     return float(off_diagonal.median()) if off_diagonal.numel() else 1.0
 
 
-def _grid_width(grid) -> int | None:
-    return None if grid is None else int(grid[1])
-
-
 @dataclass
 class SJDConfig:
     window: int = field_range(1, 256, default=16, doc="draft tokens verified per forward (L)")
@@ -121,22 +118,23 @@ def sweep_rows(**values) -> tuple:
 
 class _JacobiPlugin(Plugin):
     modality = "vision"
+    requires = CodeGrid
     coupling = "independent"
     bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
 
-    def _drafter(self, target, grid) -> JacobiDrafter:
+    def _drafter(self, target, grid: CodeGrid) -> JacobiDrafter:
         return JacobiDrafter(target.vocab_size, self.config.window, init=self.config.init,
-                             coupling=getattr(self.config, "coupling", self.coupling),
-                             grid_width=_grid_width(grid))
+                             coupling=getattr(self.config, "coupling", self.coupling), grid_width=grid.cols)
 
     def _rule(self, target, logits) -> AcceptRule:
         return GreedyMatch() if logits.greedy else SpeculativeSampling()
 
-    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
-        drafter = self._drafter(target, grid)
+    def build_decoder(self, pipeline, request):
+        target, logits = request.target, request.logits
+        drafter = self._drafter(target, request.structure)
         return SpeculativeDecoder(target, drafter, self._rule(target, logits), logits,
-                                  num_draft_tokens=self.config.window, eos_token_id=eos_token_id,
-                                  pad_token_id=pad_token_id)
+                                  num_draft_tokens=self.config.window, eos_token_id=request.eos_token_id,
+                                  pad_token_id=request.pad_token_id)
 
 
 @register_plugin("sjd")

@@ -30,11 +30,13 @@ import torch
 
 from mmspec.common.accept import Acceptance, AcceptRule, GreedyMatch, SpeculativeSampling, tree_accept
 from mmspec.common.decoder import SpeculativeDecoder
+from mmspec.common.heads import load_head
 from mmspec.common.kernels import assemble_tokens, sample_extra_token
 from mmspec.common.logits import draw_uniform
 from mmspec.common.plugin import Plugin
 from mmspec.common.registry import field_range, register_plugin
-from mmspec.plugins.speculative import parse_branching
+from mmspec.common.structure import CodeGrid
+from mmspec.common.tree import parse_branching
 
 from .drafter import BUNDLED_EAGLE_HEAD, BoundHead, EagleDrafter, EagleHead, load_bundled_head
 from .kernels import codebook_neighbours, pooled_probability
@@ -156,44 +158,66 @@ class LanternPPConfig(EagleConfig):
 
 class _EaglePlugin(Plugin):
     modality = "vision"
+    requires = CodeGrid
     bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
 
     def __init__(self, **config):
         super().__init__(**config)
-        self.tree = parse_branching(self.config.tree_branching)
+        self.tree = parse_branching(self.config.tree_branching, f"{type(self.config).__name__}.tree_branching")
         self._head: EagleHead | None = None
-        self._neighbours: dict[int, torch.Tensor] = {}
+        self._neighbours: dict[tuple, torch.Tensor] = {}
+
+    def head_module(self) -> EagleHead:
+        if self._head is None:
+            self._head = load_head(EagleHead, self.config.head_path or BUNDLED_EAGLE_HEAD,
+                                   f"{type(self.config).__name__}.head_path")
+        return self._head
 
     def head(self, target) -> EagleHead:
-        if self._head is None:
-            path = Path(self.config.head_path) if self.config.head_path else BUNDLED_EAGLE_HEAD
-            if not path.exists():
-                raise ValueError(f"{type(self.config).__name__}.head_path {str(path)!r} does not exist")
-            self._head = EagleHead.from_pretrained(path).eval()
-        return self._head.to(target.device)
+        return self.head_module().to(target.device)
 
-    def _rule(self, pipeline, target, logits) -> AcceptRule:
+    def check_pipeline(self, pipeline) -> None:
+        """Also: the head must draft over this pipeline's codebook (fail at load time, not mid-generation)."""
+        super().check_pipeline(pipeline)
+        latents = pipeline.token_structure.latents
+        vocab = self.head_module().config.vocab_size
+        if latents is not None and latents.shape[0] != vocab:
+            where = self.config.head_path or "the bundled head (trained on llamagen-tiny)"
+            raise ValueError(f"plugin {self.name!r}: {where} drafts over {vocab} codes, this pipeline's codebook has "
+                             f"{latents.shape[0]}; train a head for it (examples/train_eagle_head.py) and pass "
+                             "head_path=")
+
+    def _rule(self, grid, target, logits) -> AcceptRule:
         return GreedyMatch() if logits.greedy else SpeculativeSampling()
 
-    def neighbours(self, pipeline, target) -> torch.Tensor:
-        k = self.config.k
-        if k not in self._neighbours:
-            codes = pipeline.codebook()
+    def neighbours(self, grid: CodeGrid, target) -> torch.Tensor:
+        k, codes = self.config.k, grid.latents
+        if codes is None:
+            raise ValueError(f"plugin {self.name!r} compares codes by their VQ latents; this pipeline's "
+                             "CodeGrid carries no latents (codebook)")
+        key = (k, codes.data_ptr(), tuple(codes.shape))
+        if key not in self._neighbours:
             if codes.shape[0] != target.vocab_size:
                 raise ValueError(f"the codebook has {codes.shape[0]} codes, the target's vocabulary "
                                  f"{target.vocab_size}")
             if k > codes.shape[0] - 1:
                 raise ValueError(f"{type(self.config).__name__}.k must be at most the codebook size - 1 "
                                  f"({codes.shape[0] - 1}), got {k}")
-            self._neighbours[k] = codebook_neighbours(codes, k).to(target.device)
-        return self._neighbours[k]
+            self._neighbours[key] = codebook_neighbours(codes, k).to(target.device)
+        return self._neighbours[key]
 
-    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
-        rule = self._rule(pipeline, target, logits)
+    def build_decoder(self, pipeline, request):
+        target, logits = request.target, request.logits
+        rule = self._rule(request.structure, target, logits)
         drafter = EagleDrafter(self.head(target), target, tree=self.tree)
         return SpeculativeDecoder(target, drafter, rule, logits,
                                   num_draft_tokens=self.config.num_draft_tokens if self.tree is None else 0,
-                                  eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+                                  eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id)
+
+    def save_pretrained(self, directory):
+        """The head this plugin drafts with, under `eagle_head/` (bundled or not: the folder stands alone)."""
+        self.head_module().save_pretrained(directory / "eagle_head")
+        return {"head_path": "eagle_head"}
 
 
 def _sweep(*settings: dict) -> tuple:
@@ -217,8 +241,8 @@ class LanternPlugin(_EaglePlugin):
     Config = LanternConfig
     bench_variants = _sweep(*({"k": k, "delta": d} for k, d in ((8, 0.1), (128, 0.1), (32, 0.2), (32, 0.4))))
 
-    def _rule(self, pipeline, target, logits):
-        return RelaxedAcceptance(self.neighbours(pipeline, target), delta=self.config.delta, greedy=logits.greedy)
+    def _rule(self, grid, target, logits):
+        return RelaxedAcceptance(self.neighbours(grid, target), delta=self.config.delta, greedy=logits.greedy)
 
 
 @register_plugin("lantern++")
@@ -234,5 +258,5 @@ class LanternPPPlugin(_EaglePlugin):
             raise ValueError("LanternPPConfig.tree_branching must describe a static tree, e.g. '4,2,1,1' "
                              "(LANTERN++ is static-tree drafting)")
 
-    def _rule(self, pipeline, target, logits):
-        return RelaxedAcceptance(self.neighbours(pipeline, target), lam=self.config.lam, greedy=logits.greedy)
+    def _rule(self, grid, target, logits):
+        return RelaxedAcceptance(self.neighbours(grid, target), lam=self.config.lam, greedy=logits.greedy)

@@ -35,7 +35,7 @@ from mmspec.common.model import ARModel, CFGModel, DecodeState, cfg_combine
 from mmspec.common.slots import SlotTable, additive_mask
 from mmspec.common.tree import TreeSpec
 
-BUNDLED_EAGLE_HEAD = Path(__file__).resolve().parents[2] / "vision" / "bundled" / "eagle_head"
+BUNDLED_EAGLE_HEAD = Path(__file__).resolve().parent / "bundled" / "eagle_head"  # trained on llamagen-tiny
 
 
 def rope_1d(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:

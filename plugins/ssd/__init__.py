@@ -36,14 +36,16 @@ from diffusers.configuration_utils import register_to_config
 
 from mmspec.common.accept import Acceptance, Draft, GreedyMatch, SpeculativeSampling
 from mmspec.common.decoder import SpeculativeDecoder
+from mmspec.common.heads import load_head
 from mmspec.common.draft import Drafter, StepContext
 from mmspec.common.kernels import sample_inverse_cdf
 from mmspec.common.logits import draw_uniform
 from mmspec.common.model import CFGModel, cfg_combine
 from mmspec.common.plugin import Plugin
 from mmspec.common.registry import field_range, register_plugin
+from mmspec.common.structure import CodeGrid
 
-BUNDLED_HEADS = Path(__file__).resolve().parents[2] / "vision" / "bundled" / "ssd_heads"
+BUNDLED_HEADS = Path(__file__).resolve().parent / "bundled" / "ssd_heads"  # trained on llamagen-tiny
 
 
 class _Head(nn.Module):
@@ -172,6 +174,7 @@ class SSDPlugin(Plugin):
     lossless = True
     paper = "SSD, spatially speculative decoding (arXiv:2606.20543); heads and drafting as in plugins/ssd"
     Config = SSDConfig
+    requires = CodeGrid
     bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
     bench_variants = tuple({"batch_size": 4, "num_samples": 40, "settings": {"num_draft_tokens": k}}
                            for k in (2, 6)) + ({"batch_size": 4, "num_samples": 40, "settings": {"temperature": 0.0}},)
@@ -182,15 +185,30 @@ class SSDPlugin(Plugin):
 
     def heads(self, device) -> SpatialHeads:
         if self._heads is None:
-            path = Path(self.config.heads_path) if self.config.heads_path else BUNDLED_HEADS
-            if not path.exists():
-                raise ValueError(f"SSDConfig.heads_path {str(path)!r} does not exist")
-            self._heads = SpatialHeads.from_pretrained(path).eval()
+            self._heads = load_head(SpatialHeads, self.config.heads_path or BUNDLED_HEADS, "SSDConfig.heads_path")
         return self._heads.to(device)
 
-    def build_decoder(self, pipeline, target, logits, *, eos_token_id=None, pad_token_id=-1, grid=None):
-        if grid is None:
-            raise ValueError("plugin 'ssd' needs tokens that form a 2-D grid; this pipeline gave none")
+    def check_pipeline(self, pipeline) -> None:
+        """Also: the heads must fit this pipeline's codebook and grid width (fail at load time)."""
+        super().check_pipeline(pipeline)
+        grid, heads = pipeline.token_structure, self.heads("cpu")
+        where = self.config.heads_path or "the bundled heads (trained on llamagen-tiny)"
+        if grid.latents is not None and grid.latents.shape[0] != heads.config.vocab_size:
+            raise ValueError(f"plugin 'ssd': {where} draft over {heads.config.vocab_size} codes, this pipeline's "
+                             f"codebook has {grid.latents.shape[0]}; train heads for it "
+                             "(examples/train_ssd_heads.py) and pass heads_path=")
+        if heads.config.grid_width != grid.cols:
+            raise ValueError(f"plugin 'ssd': {where} were trained for grid width {heads.config.grid_width}, "
+                             f"this pipeline's images are {grid.cols} codes wide; pass heads_path=")
+
+    def save_pretrained(self, directory):
+        """The heads this plugin drafts with, under `ssd_heads/`."""
+        self.heads("cpu").save_pretrained(directory / "ssd_heads")
+        return {"heads_path": "ssd_heads"}
+
+    def build_decoder(self, pipeline, request):
+        target, logits, structure = request.target, request.logits, request.structure
+        grid = (structure.rows, structure.cols)
         heads = self.heads(target.device)
         k = self.config.num_draft_tokens
         if k >= grid[1]:
@@ -205,4 +223,4 @@ class SSDPlugin(Plugin):
         guidance = target.guidance_scale if isinstance(target, CFGModel) else None
         rule = GreedyMatch() if logits.greedy else SpeculativeSampling()
         return SpeculativeDecoder(target, SpatialDrafter(heads, grid, guidance), rule, logits, num_draft_tokens=k,
-                                  eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+                                  eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id)

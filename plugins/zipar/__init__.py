@@ -99,6 +99,7 @@ class ZipARConfig:
 class ZipARPlugin(Plugin):
     modality = "vision"
     lossless = False
+    lossless_config = {"mode": "verified"}
     paper = "He et al. 2025, ZipAR: next-set decoding (ICML 2025, arXiv:2412.04062)"
     Config = ZipARConfig
     requires = CodeGrid
@@ -111,6 +112,17 @@ class ZipARPlugin(Plugin):
     def __init__(self, **config):
         super().__init__(**config)
         self.lossless = self.config.mode == "verified"
+
+    def check_pipeline(self, pipeline) -> None:
+        """Also: rows decoded in parallel, and a window that fits the image's rows (fail at load time)."""
+        super().check_pipeline(pipeline)
+        grid = pipeline.token_structure
+        if not grid.rows_in_parallel:
+            raise ValueError(f"plugin 'zipar' decodes several image rows at once; {type(pipeline).__name__}'s "
+                             "model ties its tokens to raster order (e.g. Emu3's end-of-line tokens)")
+        if self.config.window > grid.cols:
+            raise ValueError(f"plugin 'zipar': window must be between 1 and the grid width ({grid.cols}), "
+                             f"got {self.config.window}")
 
     def build_decoder(self, pipeline, request):
         target, logits = request.target, request.logits

@@ -4,6 +4,7 @@ the drafter's use of the row above, the bundled heads, bad inputs."""
 import pytest
 import torch
 from law import AcceptAll, class_grid_law, gof_pvalue, sequence_codes
+from request_helpers import build_decoder
 
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import CFGModel
@@ -43,7 +44,7 @@ def ssd_decoder(model, heads, logits, grid, k, guidance=None):
     target = LlamaGenAdapter(model)
     if guidance is not None:
         target = CFGModel(target, guidance)
-    return plugin.build_decoder(None, target, logits, grid=grid)
+    return build_decoder(plugin, target, logits, grid=grid)
 
 
 def prompts(model, labels, guidance):
@@ -61,7 +62,7 @@ def test_greedy_equals_ar(k, guidance):
     cond, prefill = prompts(model, [0, 2, 1], guidance)
     greedy = LogitsPipeline(temperature=0)
     target = LlamaGenAdapter(model) if guidance is None else CFGModel(LlamaGenAdapter(model), guidance)
-    ar = get_plugin_class("ar")().build_decoder(None, target, greedy).generate(
+    ar = build_decoder(get_plugin_class("ar")(), target, greedy).generate(
         cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
     out = ssd_decoder(model, heads, greedy, (GRID, GRID), k, guidance).generate(
         cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
@@ -154,9 +155,8 @@ def test_bundled_heads_beat_untrained_heads():
     for name, heads in (("trained", trained), ("untrained", untrained.eval())):
         plugin = get_plugin_class("ssd")(num_draft_tokens=3)
         plugin._heads = heads
-        plugin.attach(pipe)
         gens = [torch.Generator().manual_seed(i) for i in range(4)]
-        accepted[name] = pipe(class_labels=[0, 3, 5, 8], generator=gens, output_type="pt").stats.mean_accepted
+        accepted[name] = plugin.attach(pipe)(class_labels=[0, 3, 5, 8], generator=gens, output_type="pt").stats.mean_accepted
     assert accepted["trained"] > accepted["untrained"] + 0.15, accepted
 
 
@@ -167,13 +167,11 @@ def test_bad_inputs():
         plugin_cls(num_draft_tokens=0)
     with pytest.raises(ValueError, match="grid width"):
         ssd_decoder(model, random_heads(model, GRID), LogitsPipeline(), (GRID, GRID), GRID)
-    with pytest.raises(ValueError, match="2-D grid"):
-        ssd_decoder(model, random_heads(model, GRID), LogitsPipeline(), None, 2)
     with pytest.raises(ValueError, match="trained for grid width"):
         ssd_decoder(model, random_heads(model, GRID + 2), LogitsPipeline(), (GRID, GRID), 2)
     wrong_vocab = SpatialHeads(hidden_size=32, vocab_size=7, grid_width=GRID)
     with pytest.raises(ValueError, match="vocabulary"):
         ssd_decoder(model, wrong_vocab, LogitsPipeline(), (GRID, GRID), 2)
     with pytest.raises(ValueError, match="heads_path"):
-        plugin_cls(heads_path="/nonexistent/heads").build_decoder(None, LlamaGenAdapter(model), LogitsPipeline(),
-                                                                 grid=(GRID, GRID))
+        build_decoder(plugin_cls(heads_path="/nonexistent/heads"), LlamaGenAdapter(model), LogitsPipeline(),
+                      grid=(GRID, GRID))

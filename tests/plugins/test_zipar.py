@@ -146,9 +146,11 @@ def test_bad_inputs(tiny_gen):
     emu3 = ARImagePipeline(build_tiny_emu3(), tokenizer=tiny_text_tokenizer(
         boi_token="<|image start|>", image_wrapper_token="<|image token|>"))
     emu3.set_progress_bar_config(disable=True)
-    emu3 = plugin_cls(window=1).attach(emu3)
-    with pytest.raises(NotImplementedError, match="Emu3"):
-        emu3(prompt=["a"], guidance_scale=1.0, output_type="pt", height=8, width=8)
+    with pytest.raises(ValueError, match="raster order \\(e.g. Emu3"):  # refused at load time
+        plugin_cls(window=1).attach(emu3)
+    with pytest.raises(ValueError, match="window must be between 1 and the grid width \\(4\\), got 8"):
+        plugin_cls().attach(ARImagePipeline(build_tiny_janus(), tokenizer=tiny_text_tokenizer(
+            boi_token="<begin_of_image>")))
 
 
 # --------------------------------------------------------------------------

@@ -289,5 +289,5 @@ def test_bad_components(pipes):
         ARImagePipeline(pipes["chameleon"].transformer, vqvae=tiny_vq(codes=16))
     with pytest.raises(ValueError, match="vqvae must be None"):
         ARImagePipeline(pipes["janus"].transformer, vqvae=tiny_vq())
-    with pytest.raises(TypeError, match="LlamaGenModel or one of"):
+    with pytest.raises(TypeError, match="supported image model classes: LlamaGenModel, JanusForConditionalGeneration"):
         ARImagePipeline(tiny_llama(vocab_size=16, layers=1), vqvae=tiny_vq())

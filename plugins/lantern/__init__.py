@@ -24,7 +24,6 @@ multi-candidate rejection (trees); greedy output identical to plain AR.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 

@@ -192,13 +192,18 @@ def list_plugins(modality: str | None = None) -> list[str]:
                   if modality is None or c.modality in (modality, ANY_MODALITY))
 
 
-def get_plugin_class(name: str) -> type:
+def _registered(kind: str, table: dict, name: str):
+    """table[name], or the entry point's load error, or a KeyError listing what is registered."""
     _discover()
-    if name not in _REGISTRY:
+    if name not in table:
         if name in _ENTRY_POINT_ERRORS:
-            raise ImportError(f"plugin {name!r} failed to load: {_ENTRY_POINT_ERRORS[name]}")
-        raise KeyError(f"unknown plugin {name!r}; available: {', '.join(list_plugins())}")
-    return _REGISTRY[name]
+            raise ImportError(f"{kind} {name!r} failed to load: {_ENTRY_POINT_ERRORS[name]}")
+        raise KeyError(f"unknown {kind} {name!r}; available: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def get_plugin_class(name: str) -> type:
+    return _registered("plugin", _REGISTRY, name)
 
 
 def list_pipelines() -> list[str]:
@@ -207,12 +212,7 @@ def list_pipelines() -> list[str]:
 
 
 def get_pipeline_class(name: str) -> type:
-    _discover()
-    if name not in _PIPELINES:
-        if name in _ENTRY_POINT_ERRORS:
-            raise ImportError(f"pipeline {name!r} failed to load: {_ENTRY_POINT_ERRORS[name]}")
-        raise KeyError(f"unknown pipeline {name!r}; available: {', '.join(list_pipelines())}")
-    cls = _PIPELINES[name]
+    cls = _registered("pipeline", _PIPELINES, name)
     if isinstance(cls, str):
         module, _, attr = cls.partition(":")
         cls = getattr(importlib.import_module(module), attr)

@@ -4,18 +4,17 @@ discovered through the `mmspec.plugins` entry-point group of a really installed 
 import dataclasses
 import importlib
 import re
-import subprocess
 import sys
-import textwrap
 
 import pytest
 from tiny_models import perturbed_copy, tiny_llama
+from toy_packages import install_package
 
 import mmspec.common.registry as registry
 from mmspec.common.pipeline import Pipeline
 from mmspec.common.plugin import NoConfig, Plugin
-from mmspec.common.structure import CodeGrid
 from mmspec.common.registry import get_plugin_class, list_plugins, load_plugin, make_config, modalities, register_plugin
+from mmspec.common.structure import CodeGrid
 from mmspec.text.pipeline import EOS_ID, VOCAB_SIZE, TextPipeline
 
 PROMPTS = ["Return the", "A much longer prompt here"]
@@ -224,15 +223,9 @@ py-modules = ["mmspec_toy_plugin", "mmspec_toy_broken"]
 
 @pytest.fixture(scope="module")
 def toy_site(tmp_path_factory):
-    """Build and install (into a private --target dir) a package declaring two mmspec plugins."""
-    pkg = tmp_path_factory.mktemp("toy_pkg")
-    (pkg / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
-    (pkg / "mmspec_toy_plugin.py").write_text(TOY_MODULE)
-    (pkg / "mmspec_toy_broken.py").write_text(BROKEN_MODULE)
-    site = tmp_path_factory.mktemp("toy_site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                    "--no-index", "--quiet", "--target", str(site), str(pkg)], check=True)
-    return site
+    """A package declaring two mmspec plugins (one broken), installed into a private folder."""
+    return install_package(tmp_path_factory, "toy", {"pyproject.toml": PYPROJECT, "mmspec_toy_plugin.py": TOY_MODULE,
+                                                     "mmspec_toy_broken.py": BROKEN_MODULE})
 
 
 @pytest.fixture

@@ -5,12 +5,11 @@ change to `mmspec.common`."""
 
 import importlib
 import json
-import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
+from toy_packages import install_package
 
 import mmspec.common.registry as registry
 from mmspec.common.bench import run_bench, write_markdown
@@ -170,13 +169,7 @@ py-modules = ["mmspec_loops"]
 
 @pytest.fixture(scope="module")
 def loops_site(tmp_path_factory):
-    pkg = tmp_path_factory.mktemp("loops_pkg")
-    (pkg / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
-    (pkg / "mmspec_loops.py").write_text(MODULE)
-    site = tmp_path_factory.mktemp("loops_site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--quiet", "--target", str(site), str(pkg)], check=True)
-    return site
+    return install_package(tmp_path_factory, "loops", {"pyproject.toml": PYPROJECT, "mmspec_loops.py": MODULE})
 
 
 @pytest.fixture

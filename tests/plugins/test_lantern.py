@@ -16,7 +16,7 @@ from mmspec.common.accept import Draft, GreedyMatch, SpeculativeSampling
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import HFCausalLM
-from mmspec.common.registry import get_plugin_class
+from mmspec.common.registry import get_plugin_class, load_plugin
 from mmspec.common.tree import TreeSpec
 from mmspec.plugins.lantern import (
     BoundHead, EagleDrafter, EagleHead, RelaxedAcceptance, codebook_neighbours, pooled_probability,
@@ -399,9 +399,8 @@ def test_bad_plugin_config(janus_setup):
     too_many = get_plugin_class("lantern")(head_path=head, k=24).attach(pipe)  # the tiny codebook has 24 codes
     with pytest.raises(ValueError, match="k must be at most the codebook size - 1 \\(23\\)"):
         too_many(prompt=["a"], guidance_scale=2.0, output_type="pt")
-    no_head = get_plugin_class("lantern")(head_path="/nonexistent", k=4).attach(pipe)
-    with pytest.raises(ValueError, match="head_path"):
-        no_head(prompt=["a"], guidance_scale=2.0, output_type="pt")
+    with pytest.raises(ValueError, match="head_path '/nonexistent' is not a saved head folder"):  # at load time
+        get_plugin_class("lantern")(head_path="/nonexistent", k=4).attach(pipe)
 
 
 def test_bundled_head_drafts_for_the_bundled_model(torch_kernels):
@@ -434,3 +433,25 @@ def test_rows_leave_the_batch_at_their_own_eos(text_model, tree, torch_kernels):
     decoder.eos_token_id = eos
     out = decoder.generate(ids, max_new_tokens=40)
     assert torch.equal(out.sequences, ar.sequences) and torch.equal(out.lengths, ar.lengths)
+
+
+def test_lantern_beside_ar_and_saved_with_its_head(tmp_path, torch_kernels):
+    """load_plugin leaves the AR pipeline as it was; a saved lantern pipeline reloads as lantern, head and
+    settings included, and samples the same images for the same seeds."""
+    from mmspec.vision.pipeline import ARImagePipeline, bundled_pipeline
+
+    ar_pipe = bundled_pipeline()
+    ar_pipe.set_progress_bar_config(disable=True)
+    lantern = load_plugin("lantern", pipeline=ar_pipe, delta=0.2, k=16)
+    assert ar_pipe.plugin is None and lantern.transformer is ar_pipe.transformer
+    gens = lambda: [torch.Generator().manual_seed(s) for s in (5, 6)]  # noqa: E731
+    ar = ar_pipe(class_labels=[2, 9], generator=gens(), output_type="pt")
+    assert ar.stats.drafter_nfe == 0  # still plain AR
+    before = lantern(class_labels=[2, 9], generator=gens(), output_type="pt")
+    lantern.save_pretrained(tmp_path)
+    loaded = ARImagePipeline.from_pretrained(tmp_path)
+    loaded.set_progress_bar_config(disable=True)
+    assert loaded.plugin.name == "lantern" and (loaded.plugin.config.delta, loaded.plugin.config.k) == (0.2, 16)
+    assert loaded.plugin.config.head_path == str(tmp_path / "eagle_head")
+    after = loaded(class_labels=[2, 9], generator=gens(), output_type="pt")
+    assert torch.equal(after.tokens, before.tokens) and after.stats.drafter_nfe > 0

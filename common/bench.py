@@ -24,8 +24,6 @@ import torch
 from .registry import (bundled_model_info, bundled_models, get_pipeline_class, get_plugin_class, list_pipelines,
                        list_plugins, parse_value)
 
-DEFAULT_NUM_SAMPLES = 16
-
 
 def split_settings(pipeline, plugin_cls, settings: dict) -> tuple[dict, dict]:
     """Split `--set` values into pipeline call settings and plugin config."""

@@ -92,7 +92,7 @@ class Pipeline:
         overrides = self.plugin.save_pretrained(Path(directory))
         config = {**asdict(self.plugin.config), **overrides}
         path.write_text(json.dumps({"name": self.plugin.name, "config": config, "paths": sorted(overrides)},
-                                   indent=2, default=_json_value))
+                                   indent=2, default=str))
 
     @staticmethod
     def load_saved_plugin(directory: str | os.PathLike):
@@ -126,8 +126,6 @@ class Pipeline:
         """Extra summary fields of one side of a bench row (e.g. a real-time factor over input media)."""
         return {}
 
-    bench_baseline_rows: tuple = ()  # settings of plain-AR rows `bench --all` adds for this bundled model
-
     @classmethod
     def bench_sections(cls, results: list[dict]) -> list[tuple[str, str, str]]:
         """(title, intro, markdown table) sections of BENCHMARKS.md for this pipeline's bench rows."""
@@ -141,16 +139,3 @@ class Pipeline:
     def cli_generate(self, args, call: dict) -> int:
         """Run `mmspec generate` with the parsed flags and `--set` call settings; returns an exit code."""
         raise NotImplementedError(f"{type(self).__name__} does not support `mmspec generate`")
-
-
-def _json_value(value):
-    if isinstance(value, float):
-        return value
-    return str(value)
-
-
-def merge_stats(parts) -> DecodeStats:
-    total = DecodeStats()
-    for part in parts:
-        total = total.merge(part)
-    return total

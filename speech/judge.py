@@ -104,13 +104,27 @@ _MFCC = {}
 
 
 def mel_cepstra(wave: np.ndarray, num_coefficients: int) -> np.ndarray:
-    """16 kHz wave [N] -> mel-cepstra [frames, num_coefficients]: MFCC c1..cK of 80 log-mel bands, 25 ms / 10 ms."""
+    """16 kHz wave [N] -> mel-cepstra [frames, num_coefficients]: c1..cK of the cosine transform of the log mel
+    *amplitude* (½ ln power) of 80 bands, 25 ms / 10 ms frames, at the cepstrum's scale.
+
+    The power is floored 80 dB under the utterance's loudest band, and frames more than 40 dB under the
+    loudest frame are trimmed from both ends: digital silence would otherwise sit at the log of the numerical
+    floor and dominate every distance (Piper's clips start and end in exact zeros).
+    """
+    if "mel" not in _MFCC:
+        _MFCC["mel"] = torchaudio.transforms.MelSpectrogram(SAMPLE_RATE, n_fft=400, win_length=400, hop_length=160,
+                                                             n_mels=80, power=2.0)
     if num_coefficients not in _MFCC:
-        _MFCC[num_coefficients] = torchaudio.transforms.MFCC(
-            sample_rate=SAMPLE_RATE, n_mfcc=num_coefficients + 1, log_mels=True,
-            melkwargs={"n_fft": 400, "win_length": 400, "hop_length": 160, "n_mels": 80})
-    cepstra = _MFCC[num_coefficients](torch.from_numpy(wave))  # [K + 1, frames]
-    return cepstra[1:].T.double().numpy()  # c0 is loudness, not timbre
+        _MFCC[num_coefficients] = torchaudio.functional.create_dct(num_coefficients + 1, 80, "ortho")
+    power = _MFCC["mel"](torch.from_numpy(wave)).double().T  # [frames, 80]
+    power = power.clamp(min=float(power.max()) * 1e-8 + 1e-20)
+    energy = 10 * torch.log10(power.sum(1))
+    loud = (energy > float(energy.max()) - 40).nonzero().flatten()
+    power = power[int(loud[0]): int(loud[-1]) + 1]
+    # The orthonormal DCT times 1/sqrt(2 * bands) is the cepstrum's own scale (c_n = (1/M) sum_m log|X_m|
+    # cos(...)), the scale of SPTK mel-cepstra, so distances land in the usual few-dB range.
+    cepstra = (0.5 * power.log()) @ _MFCC[num_coefficients].double() / math.sqrt(2 * 80)  # [frames, K + 1]
+    return cepstra[:, 1:].numpy()  # c0 is loudness, not timbre
 
 
 def dtw_path(cost: np.ndarray) -> list[tuple[int, int]]:
@@ -149,12 +163,9 @@ def mel_cepstral_distortion(reference: np.ndarray, synthesized: np.ndarray, samp
                             num_coefficients: int = 13) -> float:
     """Mel-cepstral distortion in dB, (10 / ln 10) * sqrt(2 * sum_d (c_d - c'_d)^2), averaged over a DTW path.
 
-    This is the common MFCC + DTW approximation of MCD: cepstra are torchaudio MFCCs (DCT of 80 log-mel bands at
-    16 kHz), not SPTK mel-cepstra from an all-pass warped analysis, so the numbers compare only within this project
-    and not with MCDs published elsewhere; the log-power MFCC scale also makes them far larger than SPTK MCDs (on
-    the committed Piper clips: the same clip at 0.9x speed ~50 dB, another sentence ~85-120 dB, white noise ~160 dB).
-    c0 (energy) is left out. Leading and trailing silence is not trimmed: a clip with longer pauses at its ends
-    scores worse than its speech alone would.
+    This is the common MFCC + DTW approximation of MCD: cepstra are the DCT of 80 log-mel amplitudes at 16 kHz
+    (`mel_cepstra`), not SPTK mel-cepstra from an all-pass warped analysis, so the numbers compare only within
+    this project, not with MCDs published elsewhere. c0 (energy) is left out; silence at both ends is trimmed.
     """
     if isinstance(num_coefficients, bool) or not isinstance(num_coefficients, int) or not 1 <= num_coefficients < 80:
         raise ValueError(f"num_coefficients must be an int in 1..79 (80 mel bands), got {num_coefficients!r}")

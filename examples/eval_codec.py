@@ -28,7 +28,7 @@ def load_codec(path: str) -> SpectralRVQCodec:
         codec = SpectralRVQCodec()
         codec.load_state_dict(torch.load(path, weights_only=False)["model"])
         return codec.eval()
-    return SpectralRVQCodec.from_pretrained(path).to(torch.float32).eval()
+    return SpectralRVQCodec.from_pretrained(path, torch_dtype=torch.float32).eval()
 
 
 def main(argv=None) -> None:

@@ -20,30 +20,9 @@ import torch
 import torch.nn.functional as F
 import torchaudio
 
-from mmspec.common.training import warmup_cosine_lr
+from mmspec.common.training import length_batches, save_checkpoint, warmup_cosine_lr
 from mmspec.speech.asr_model import ASRModel
 from mmspec.speech.text import CharTokenizer
-
-
-def length_batches(lengths: list[int], max_frames: int, rng: random.Random) -> list[list[int]]:
-    """Shuffle, sort within chunks of 50 batches' worth, cut into batches of <= max_frames padded frames."""
-    order = list(range(len(lengths)))
-    rng.shuffle(order)
-    batches, chunk = [], 2000
-    for start in range(0, len(order), chunk):
-        part = sorted(order[start:start + chunk], key=lambda i: lengths[i])
-        batch, longest = [], 0
-        for i in part:
-            longest_if_added = max(longest, lengths[i])
-            if batch and longest_if_added * (len(batch) + 1) > max_frames:
-                batches.append(batch)
-                batch, longest_if_added = [], lengths[i]
-            batch.append(i)
-            longest = longest_if_added
-        if batch:
-            batches.append(batch)
-    rng.shuffle(batches)
-    return batches
 
 
 def collate(data: dict, indices: list[int], model: ASRModel, tokenizer: CharTokenizer, augment, generator):
@@ -151,9 +130,8 @@ def main(argv=None) -> None:
                   f"{(time.time() - start) / len(log):.2f} s/step", flush=True)
             log, start = [], time.time()
         if step % args.checkpoint_every == 0 or step == args.steps:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                        "torch_rng": torch.get_rng_state()}, checkpoint + ".tmp")
-            os.replace(checkpoint + ".tmp", checkpoint)
+            save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                             "torch_rng": torch.get_rng_state()}, checkpoint)
 
     model.eval()
     model.to(torch.float16).save_pretrained(args.out)

@@ -22,6 +22,7 @@ import time
 import numpy as np
 import torch
 
+from mmspec.common.training import save_checkpoint
 from mmspec.speech.codec import SpectralRVQCodec
 from mmspec.speech.tts_data import load_shards
 
@@ -106,10 +107,9 @@ def main(argv=None) -> None:
                   + f" ({time.time() - start:.0f} s)", flush=True)
             running = {}
         if step % args.checkpoint_every == 0 or step in (args.steps, args.stop_after):
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "schedule": schedule.state_dict(), "step": step, "torch_rng": torch.get_rng_state()},
-                       checkpoint + ".tmp")
-            os.replace(checkpoint + ".tmp", checkpoint)
+            save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                             "schedule": schedule.state_dict(), "step": step, "torch_rng": torch.get_rng_state()},
+                            checkpoint)
         if args.stop_after is not None and step >= args.stop_after and step < args.steps:
             print(f"stopped at step {step} (--stop-after)")
             return

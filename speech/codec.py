@@ -185,7 +185,7 @@ class SpectralRVQCodec(ModelMixin, ConfigMixin):
         """waves [B, N] float mono at `sampling_rate` -> (codes [B, K, T] long, frame_lengths [B] long)."""
         waves, lengths = self._check_waves(waves, lengths)
         magnitude, frame_lengths = self.spectrum(waves, lengths)
-        valid = self._mask(frame_lengths, int(frame_lengths.max()))
+        valid = frame_mask(frame_lengths, int(frame_lengths.max()))
         _, codes, _ = self.quantizer(self.encode_latents(magnitude, valid), valid)
         return codes, frame_lengths
 
@@ -201,7 +201,7 @@ class SpectralRVQCodec(ModelMixin, ConfigMixin):
         frame_lengths = frame_lengths.to(codes.device, torch.long)
         if frame_lengths.shape != (batch,) or bool((frame_lengths < 1).any()) or int(frame_lengths.max()) > frames:
             raise ValueError(f"frame_lengths must be [batch] ints in 1..{frames}, got {frame_lengths.tolist()}")
-        valid = self._mask(frame_lengths, frames)
+        valid = frame_mask(frame_lengths, frames)
         magnitude = self.decode_latents(self.quantizer.lookup(codes), valid).float().exp()
         waves = torch.zeros(batch, frames * self.samples_per_frame, device=codes.device)
         for row, length in enumerate(frame_lengths.tolist()):
@@ -255,7 +255,7 @@ class SpectralRVQCodec(ModelMixin, ConfigMixin):
     def reconstruction_losses(self, waves: torch.Tensor, lengths: torch.Tensor, levels_per_row=None) -> dict:
         """Training losses of one batch (see the module docstring)."""
         magnitude, frame_lengths = self.spectrum(waves, lengths)
-        valid = self._mask(frame_lengths, int(frame_lengths.max()))
+        valid = frame_mask(frame_lengths, int(frame_lengths.max()))
         quantized, _, commitment = self.quantizer(self.encode_latents(magnitude, valid), valid, levels_per_row)
         predicted = self.decode_latents(quantized, valid).float()
         fine_valid = valid.repeat_interleave(self.config.stft_frames_per_code, 1)[..., None].float()
@@ -272,32 +272,45 @@ class SpectralRVQCodec(ModelMixin, ConfigMixin):
                 "commitment": commitment}
 
     # --- checks -------------------------------------------------------------------------------
-    @staticmethod
-    def _mask(lengths: torch.Tensor, size: int) -> torch.Tensor:
-        """[B, size] True before each row's length."""
-        return torch.arange(size, device=lengths.device)[None] < lengths[:, None]
-
     def _check_waves(self, waves, lengths):
-        if not isinstance(waves, torch.Tensor) or waves.ndim != 2 or not waves.is_floating_point():
-            raise ValueError(f"waves must be a float tensor [batch, samples], got "
-                             f"{getattr(waves, 'shape', type(waves).__name__)}")
-        if lengths is None:
-            lengths = torch.full((waves.shape[0],), waves.shape[1], dtype=torch.long)
-        lengths = lengths.to(waves.device, torch.long)
-        if lengths.shape != (waves.shape[0],) or bool((lengths < 1).any()) or bool((lengths > waves.shape[1]).any()):
-            raise ValueError(f"lengths must be [batch] ints in 1..{waves.shape[1]}, got {lengths.tolist()}")
-        return waves.to(self.device), lengths
+        return check_waves(waves, lengths, self.device)
 
     def _check_codes(self, codes):
-        if not isinstance(codes, torch.Tensor) or codes.ndim != 3 or codes.is_floating_point():
-            raise ValueError(f"codes must be an integer tensor [batch, codebooks, frames], got "
-                             f"{getattr(codes, 'shape', type(codes).__name__)}")
-        if codes.shape[1] != self.num_codebooks:
-            raise ValueError(f"codes have {codes.shape[1]} codebooks; this codec has {self.num_codebooks}")
-        if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= self.codebook_size):
-            raise ValueError(f"codes must lie in 0..{self.codebook_size - 1}, got {int(codes.min())}.."
-                             f"{int(codes.max())}")
-        return codes.to(self.device)
+        return check_codes(codes, self.num_codebooks, self.codebook_size, self.device)
+
+
+def frame_mask(lengths: torch.Tensor, size: int) -> torch.Tensor:
+    """[B, size] True before each row's length."""
+    return torch.arange(size, device=lengths.device)[None] < lengths[:, None]
+
+
+def check_waves(waves, lengths, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `AudioCodec.encode` input checks: waves [B, N] float, lengths [B] in 1..N (None: all N)."""
+    if not isinstance(waves, torch.Tensor) or waves.ndim != 2 or not waves.is_floating_point():
+        raise ValueError(f"waves must be a float tensor [batch, samples], got "
+                         f"{getattr(waves, 'shape', type(waves).__name__)}")
+    if waves.shape[0] == 0 or waves.shape[1] == 0:
+        raise ValueError(f"waves must hold at least one sample per row, got shape {tuple(waves.shape)}")
+    if lengths is None:
+        lengths = torch.full((waves.shape[0],), waves.shape[1], dtype=torch.long)
+    lengths = torch.as_tensor(lengths).to(device, torch.long)
+    if lengths.shape != (waves.shape[0],) or bool((lengths < 1).any()) or bool((lengths > waves.shape[1]).any()):
+        raise ValueError(f"lengths must be [batch] ints in 1..{waves.shape[1]}, got {lengths.tolist()}")
+    return waves.to(device, torch.float32), lengths
+
+
+def check_codes(codes, num_codebooks: int, codebook_size: int, device) -> torch.Tensor:
+    """The `AudioCodec.decode` input checks: integer codes [B, K, T] with K = num_codebooks, in range."""
+    if not isinstance(codes, torch.Tensor) or codes.ndim != 3 or codes.is_floating_point():
+        raise ValueError(f"codes must be an integer tensor [batch, codebooks, frames], got "
+                         f"{getattr(codes, 'shape', type(codes).__name__)}")
+    if codes.shape[1] != num_codebooks:
+        raise ValueError(f"codes have {codes.shape[1]} codebooks; this codec has {num_codebooks}")
+    if codes.shape[0] == 0 or codes.shape[2] == 0:
+        raise ValueError(f"codes must hold at least one frame per row, got shape {tuple(codes.shape)}")
+    if int(codes.min()) < 0 or int(codes.max()) >= codebook_size:
+        raise ValueError(f"codes must lie in 0..{codebook_size - 1}, got {int(codes.min())}..{int(codes.max())}")
+    return codes.to(device, torch.long)
 
 
 def codec_summary(codec) -> str:

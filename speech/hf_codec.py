@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .codec import check_codes, check_waves, frame_mask
+
 SUPPORTED = ("DacModel", "EncodecModel", "MimiModel")
 
 
@@ -112,7 +114,7 @@ class HFCodec:
                                    f"{length * hop} samples; expected [{len(rows)}, {self.num_codebooks}, {length}] "
                                    f"at hop {hop}")
             codes[rows, :, :length] = group
-        return codes * self._mask(frame_lengths, frames)[:, None], frame_lengths
+        return codes * frame_mask(frame_lengths, frames)[:, None], frame_lengths
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor, frame_lengths: torch.Tensor | None = None
@@ -172,33 +174,8 @@ class HFCodec:
         return int(self.model.quantizer.get_num_quantizers_for_bandwidth(bandwidth))
 
     # --- checks -----------------------------------------------------------------------------------
-    @staticmethod
-    def _mask(lengths: torch.Tensor, size: int) -> torch.Tensor:
-        """[B, size] True before each row's length."""
-        return torch.arange(size, device=lengths.device)[None] < lengths[:, None]
-
     def _check_waves(self, waves, lengths):
-        if not isinstance(waves, torch.Tensor) or waves.ndim != 2 or not waves.is_floating_point():
-            raise ValueError(f"waves must be a float tensor [batch, samples], got "
-                             f"{getattr(waves, 'shape', type(waves).__name__)}")
-        if waves.shape[0] == 0 or waves.shape[1] == 0:
-            raise ValueError(f"waves must hold at least one sample per row, got shape {tuple(waves.shape)}")
-        if lengths is None:
-            lengths = torch.full((waves.shape[0],), waves.shape[1], dtype=torch.long)
-        lengths = torch.as_tensor(lengths).to(self.device, torch.long)
-        if lengths.shape != (waves.shape[0],) or bool((lengths < 1).any()) or bool((lengths > waves.shape[1]).any()):
-            raise ValueError(f"lengths must be [batch] ints in 1..{waves.shape[1]}, got {lengths.tolist()}")
-        return waves.to(self.device, torch.float32), lengths
+        return check_waves(waves, lengths, self.device)
 
     def _check_codes(self, codes):
-        if not isinstance(codes, torch.Tensor) or codes.ndim != 3 or codes.is_floating_point():
-            raise ValueError(f"codes must be an integer tensor [batch, codebooks, frames], got "
-                             f"{getattr(codes, 'shape', type(codes).__name__)}")
-        if codes.shape[1] != self.num_codebooks:
-            raise ValueError(f"codes have {codes.shape[1]} codebooks; this codec uses {self.num_codebooks}")
-        if codes.shape[0] == 0 or codes.shape[2] == 0:
-            raise ValueError(f"codes must hold at least one frame per row, got shape {tuple(codes.shape)}")
-        if int(codes.min()) < 0 or int(codes.max()) >= self.codebook_size:
-            raise ValueError(f"codes must lie in 0..{self.codebook_size - 1}, got {int(codes.min())}.."
-                             f"{int(codes.max())}")
-        return codes.to(self.device, torch.long)
+        return check_codes(codes, self.num_codebooks, self.codebook_size, self.device)

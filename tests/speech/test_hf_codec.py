@@ -128,7 +128,7 @@ def test_unsupported_models_are_refused():
 def test_bad_inputs_name_the_argument():
     codec = HFCodec(tiny("mimi"))
     codes, _ = codec.encode(torch.randn(1, 160))
-    with pytest.raises(ValueError, match="codes have 2 codebooks; this codec uses 3"):
+    with pytest.raises(ValueError, match="codes have 2 codebooks; this codec has 3"):
         codec.decode(codes[:, :2])
     with pytest.raises(ValueError, match=r"codes must lie in 0\.\.15, got 0\.\.16"):
         codec.decode(codes.clamp(max=0) + torch.tensor([0, 0, 16])[None, :, None])

@@ -221,16 +221,19 @@ def get_pipeline_class(name: str) -> type:
     return cls
 
 
-def load_plugin(name: str, pipeline=None, **config):
+def load_plugin(name: str, pipeline=None, *, model: str | None = None, **config):
     """Return a ready pipeline decoding with plugin `name`.
 
-    pipeline: your own pipeline (or None for the plugin's bundled default). A new pipeline sharing its
-    components is returned; the one given keeps decoding as before.
+    pipeline: your own pipeline (or None for a bundled one). A new pipeline sharing its components is
+    returned; the one given keeps decoding as before.
+    model: the bundled model to load when no pipeline is given (None: the plugin's default), e.g. "tts-tiny".
     config: plugin settings; unknown names and out-of-range values raise.
     """
+    if pipeline is not None and model is not None:
+        raise ValueError("give load_plugin either pipeline= or model=, not both")
     plugin = get_plugin_class(name)(**config)
     if pipeline is None:
-        pipeline = plugin.default_pipeline()
+        pipeline = plugin.default_pipeline(model)
     return plugin.attach(pipeline)
 
 

@@ -26,3 +26,25 @@ def speech_table(results: list[dict]) -> str:
                      f"{'—' if ceiling is None else f'{ceiling:.2f}×'} | {acc['gated_fraction']:.0%} | "
                      f"{exact_text(r)} |")
     return "\n".join(lines)
+
+
+def tts_table(results: list[dict]) -> str:
+    """Rows measured on synthesized speech: judge WER / CER and MCD next to RTF and the depth decoder's share
+    of the time (the part RVQ speculation shortens)."""
+    rows = [r for r in results if r.get("pipeline") == "tts"]
+    if not rows:
+        return ""
+    lines = ["| plugin | config | model | batch | samples | Whisper WER AR → plugin | asr-tiny WER | MCD dB "
+             "| RTF AR → plugin | speed-up | depth calls / frame | depth share | exact match |",
+             "|" + "---|" * 13]
+    for r in rows:
+        base, acc = r["baseline"], r["accelerated"]
+        bq, aq = base["quality"], acc["quality"]
+        lines.append(
+            f"| {r['plugin']} | {config_text(r)} | {r['model']} | {r['batch_size']} | {r['num_samples']} | "
+            f"{bq['whisper_wer']:.1%} → {aq['whisper_wer']:.1%} | {bq['asr_tiny_wer']:.1%} → "
+            f"{aq['asr_tiny_wer']:.1%} | {bq['mcd_db']:.2f} → {aq['mcd_db']:.2f} | {base['rtf']:.2f} → "
+            f"{acc['rtf']:.2f} | {r['speedup']:.2f}× | {base['depth_calls_per_frame']:.2f} → "
+            f"{acc['depth_calls_per_frame']:.2f} | {base['time_share']['depth']:.0%} → "
+            f"{acc['time_share']['depth']:.0%} | {exact_text(r)} |")
+    return "\n".join(lines)

@@ -48,14 +48,20 @@ def inputs(name, num):
 
 def settings(name, **overrides):
     """The pipeline's call settings (its defaults) with `overrides`; Emu3's tiny VQ decodes 4x4 codes, not
-    Emu3's default 90x90."""
+    Emu3's default 90x90; the TTS model speaks 12 frames, not 250."""
     size = {"height": 2 * HF_GRID, "width": 2 * HF_GRID} if name == "emu3-tiny" else {}
-    return {**pipeline(name).call_defaults, **size, **overrides}
+    short = {}
+    if name == "tts-tiny":
+        short = {"max_new_frames": 12}  # half a second of speech keeps tests quick
+        if overrides.get("temperature") == 0:  # greedy means both levels: the depth decoder samples too
+            short["depth_temperature"] = 0.0
+    return {**pipeline(name).call_defaults, **size, **short, **overrides}
 
 
 def call(name, pipe, items, **kwargs):
     """Call `pipe` directly on `items` from `inputs(name, ...)` (each pipeline names its input its own way)."""
     from mmspec.speech.pipeline import ASRPipeline
+    from mmspec.speech.tts_pipeline import TTSPipeline
     from mmspec.vision.pipeline import ARImagePipeline
 
     kwargs = {**settings(name), **kwargs}
@@ -64,4 +70,6 @@ def call(name, pipe, items, **kwargs):
         return pipe(**{key: items}, **kwargs)
     if isinstance(pipe, ASRPipeline):
         return pipe([row["audio"] for row in items], **kwargs)
+    if isinstance(pipe, TTSPipeline):
+        return pipe([row["text"] for row in items], **kwargs)
     return pipe(items, **kwargs)

@@ -4,6 +4,7 @@ return_dict / output_type and bad settings."""
 
 import inspect
 
+import numpy as np
 import pytest
 import torch
 from pipelines import PIPELINES, call, inputs, pipeline, settings
@@ -13,8 +14,9 @@ from mmspec.common.registry import get_plugin_class, list_plugins, load_plugin
 
 pytestmark = pytest.mark.usefixtures("torch_kernels")  # the Triton interpreter is for the kernel tests
 
-# The plugin each pipeline is saved with: the first of these it accepts (a trained head travels along).
-SAVE_WITH = ("eagle", "speculative", "ctc_draft", "sjd")
+# The plugin each pipeline is saved with: the first of these it accepts (a trained head travels along; plain
+# AR where no other plugin decodes the pipeline's tokens yet).
+SAVE_WITH = ("eagle", "speculative", "ctc_draft", "sjd", "ar")
 NUM = 3
 
 
@@ -58,7 +60,7 @@ def test_plugins_side_by_side(model):
     accelerated = attachable(pipe)
     assert pipe.plugin is None and accelerated.plugin is not None and accelerated is not pipe
     ar = load_plugin("ar", pipeline=accelerated)
-    assert ar.plugin.name == "ar" and accelerated.plugin.name != "ar" and pipe.plugin is None
+    assert ar.plugin.name == "ar" and ar.plugin is not accelerated.plugin and pipe.plugin is None
     progress = lambda p: getattr(p, "_progress_bar_config", getattr(p, "_progress", {})).get("desc")  # noqa: E731
     accelerated.set_progress_bar_config(disable=True, desc="mine")
     assert progress(pipe) != "mine" and progress(ar) != "mine"  # progress settings are per pipeline
@@ -90,7 +92,13 @@ def test_return_dict_output_type_and_bad_settings(model):
     assert out.stats.num_rows == 2
     tup = call(model, pipe, items, return_dict=False)
     assert isinstance(tup, tuple)
-    if "output_type" in inspect.signature(pipe.__call__).parameters:
+    if hasattr(out, "audios"):
+        audio = {kind: call(model, pipe, items, output_type=kind).audios for kind in ("pt", "np")}
+        assert isinstance(audio["pt"][0], torch.Tensor) and isinstance(audio["np"][0], np.ndarray)
+        assert [len(a) for a in audio["pt"]] == [len(a) for a in audio["np"]]
+        with pytest.raises(ValueError, match="output_type must be one of"):
+            call(model, pipe, items, output_type="wav")
+    elif "output_type" in inspect.signature(pipe.__call__).parameters:
         shapes = {kind: call(model, pipe, items, output_type=kind).images for kind in ("pt", "np", "pil")}
         assert shapes["pt"].shape[0] == 2 and shapes["np"].shape[:1] == (2,) and len(shapes["pil"]) == 2
         assert tuple(shapes["pt"].shape[2:]) == shapes["np"].shape[1:3] == shapes["pil"][0].size[::-1]

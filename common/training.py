@@ -55,3 +55,33 @@ def save_checkpoint(state: dict, path: str) -> None:
 
     torch.save(state, path + ".tmp")
     os.replace(path + ".tmp", path)
+
+
+def optimizer_step(loss, model, optimizer, schedule=None, max_grad_norm: float = 1.0) -> None:
+    """Backward, clip the gradient norm, step the optimizer (and the LR schedule, if any)."""
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    if schedule is not None:
+        schedule.step()
+
+
+class RunningLosses:
+    """Means of named losses since the last report, for training logs."""
+
+    def __init__(self):
+        self.sums, self.count = {}, 0
+
+    def add(self, losses: dict) -> None:
+        for name, value in losses.items():
+            self.sums[name] = self.sums.get(name, 0.0) + float(value.detach())
+        self.count += 1
+
+    def report(self, digits: int = 3) -> str:
+        """'name mean ...' over the losses added since the last report, then start over."""
+        line = " ".join(f"{name} {total / max(1, self.count):.{digits}f}" for name, total in self.sums.items())
+        self.sums, self.count = {}, 0
+        return line

@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from mmspec.common.training import save_checkpoint
+from mmspec.common.training import RunningLosses, optimizer_step, save_checkpoint
 from mmspec.speech.codec import SpectralRVQCodec
 from mmspec.speech.tts_data import load_shards
 
@@ -87,25 +87,18 @@ def main(argv=None) -> None:
 
     crop = args.crop_frames * model.samples_per_frame
     model.train()
-    start, running = time.time(), {}
+    start, running = time.time(), RunningLosses()
     while step < args.steps:
         generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
         batch, lengths = crop_batch(waves, args.batch_size, crop, generator)
         levels = torch.randint(1, model.num_codebooks + 1, (args.batch_size,), generator=generator)
         levels[torch.rand(args.batch_size, generator=generator) < 0.5] = model.num_codebooks
         losses = model.reconstruction_losses(batch, lengths, levels)
-        optimizer.zero_grad(set_to_none=True)
-        losses["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(losses["loss"], model, optimizer, schedule)
         step += 1
-        for name, value in losses.items():
-            running[name] = running.get(name, 0.0) + float(value.detach())
+        running.add(losses)
         if step % 50 == 0:
-            print(f"step {step} " + " ".join(f"{k} {v / 50:.4f}" for k, v in running.items())
-                  + f" ({time.time() - start:.0f} s)", flush=True)
-            running = {}
+            print(f"step {step} {running.report(4)} ({time.time() - start:.0f} s)", flush=True)
         if step % args.checkpoint_every == 0 or step in (args.steps, args.stop_after):
             save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                              "schedule": schedule.state_dict(), "step": step, "torch_rng": torch.get_rng_state()},

@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from mmspec.common.training import batch_of_step, length_batches, save_checkpoint
+from mmspec.common.training import RunningLosses, batch_of_step, length_batches, optimizer_step, save_checkpoint
 from mmspec.speech.codec import SpectralRVQCodec
 from mmspec.speech.text import CharTokenizer
 from mmspec.speech.tts_data import load_shards
@@ -148,7 +148,7 @@ def main(argv=None) -> None:
             epochs[epoch] = length_batches(train_sizes, args.batch_positions, random.Random(args.seed * 1000 + epoch))
         return epochs[epoch]
 
-    start, running = time.time(), {}
+    start, running = time.time(), RunningLosses()
     while step < args.steps:
         _, indices = batch_of_step(step, epoch_batches)
         text, text_lengths, codes, frame_lengths = collate(data, indices)
@@ -156,18 +156,11 @@ def main(argv=None) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16):
             losses = training_losses(model, text, text_lengths, codes, frame_lengths, generator=generator,
                                      frame_dropout=args.frame_dropout)
-        optimizer.zero_grad(set_to_none=True)
-        losses["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(losses["loss"], model, optimizer, schedule)
         step += 1
-        for name, value in losses.items():
-            running[name] = running.get(name, 0.0) + float(value.detach())
+        running.add(losses)
         if step % 25 == 0:
-            print(f"step {step} " + " ".join(f"{k} {v / 25:.3f}" for k, v in running.items())
-                  + f" ({time.time() - start:.0f} s)", flush=True)
-            running = {}
+            print(f"step {step} {running.report(3)} ({time.time() - start:.0f} s)", flush=True)
         if step % args.checkpoint_every == 0 or step in (args.steps, args.stop_after):
             loss = held_out_loss(model, held_out)
             print(f"step {step} held-out loss {loss:.3f}", flush=True)

@@ -21,7 +21,6 @@ and applies one head per call.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from ..common.model import ARModel, DecodeState, ModelOutput, hf_cache_kwarg, map_dynamic_cache
 from ..common.slots import SlotTable
@@ -151,10 +150,6 @@ class DepthDecoderAR(ARModel):
 
     def token_embeddings(self) -> torch.Tensor:
         raise NotImplementedError("the depth decoder embeds each code with its position's table; use embed()")
-
-
-class Backbone(nn.Module):
-    """Not a module of its own: helpers over a CSM model's backbone for the training losses."""
 
 
 def _dropout(x: torch.Tensor, p: float, generator) -> torch.Tensor:

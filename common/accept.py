@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .kernels import greedy_accept, sample_inverse_cdf, speculative_accept
-from .logits import draw_uniform
+from .logits import draw_ragged_uniforms, draw_uniform
 from .tree import TreeSpec
 
 
@@ -94,18 +94,13 @@ class SpeculativeSampling(AcceptRule):
         """Ragged chains: row b draws exactly lengths[b] + 1 uniforms, so with one generator per row its
         samples do not depend on how long the other rows' drafts are."""
         batch, k = draft.tokens.shape
-        lengths = draft.lengths.tolist()
-        if isinstance(generator, list):
-            rows = [torch.rand(n + 1, generator=g, device=g.device).cpu() for g, n in zip(generator, lengths)]
-        else:
-            rows = draw_uniform(generator, 1, sum(lengths) + batch, target_probs.device)[0].cpu().split(
-                [n + 1 for n in lengths])
-        uniforms = torch.zeros(batch, k)
-        residual = torch.empty(batch)
-        for b, (r, n) in enumerate(zip(rows, lengths)):
-            uniforms[b, :n], residual[b] = r[:n], r[n]
-        num, tokens = speculative_accept(draft.tokens, draft.probs, target_probs, uniforms.to(target_probs.device),
-                                         residual.to(target_probs.device), draft.lengths)
+        lengths = draft.lengths
+        drawn = draw_ragged_uniforms(generator, lengths + 1, k + 1, target_probs.device)
+        rows = torch.arange(batch, device=drawn.device)
+        residual = drawn[rows, lengths.to(drawn.device)]  # each row's last draw samples its extra token
+        uniforms = drawn[:, :k] * (torch.arange(k, device=drawn.device)[None] < lengths.to(drawn.device)[:, None])
+        num, tokens = speculative_accept(draft.tokens, draft.probs, target_probs, uniforms, residual,
+                                         draft.lengths)
         return Acceptance(num, tokens)
 
 

@@ -5,7 +5,7 @@ plugin, pipeline, model, device, num_samples, batch_size, seed, lossless, settin
 baseline{nfe_per_sample, latency_s_per_sample, quality{}},
 accelerated{nfe_per_sample, latency_s_per_sample, mean_accepted, acceptance_per_position[], quality{}},
 step_compression (null when the plugin needs no target forward), speedup, exact_match_rate (null unless
-greedy), peer (null or {...}).
+greedy), comparison{} (the pipeline's own AR-vs-plugin comparisons), peer (null or {...}).
 
 Nothing here knows a modality: the pipeline gives the inputs, runs them, scores them, adds its own summary
 fields (`bench_summary`) and its own BENCHMARKS.md sections (`bench_sections`).
@@ -121,6 +121,7 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
                              if acc_stats.nfe_per_sample > 0 else None),
         "speedup": base_time / max(acc_time, 1e-9),
         "exact_match_rate": _exact_match(acc_seq, base_seq) if greedy else None,
+        "comparison": pipeline.bench_compare(inputs, base_seq, acc_seq),
         "peer": peer,
         "environment": {"torch": torch.__version__, "python": platform.python_version(),
                         "threads": torch.get_num_threads(),

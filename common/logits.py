@@ -76,3 +76,20 @@ def draw_uniform(generator, batch_size: int, n: int, device) -> torch.Tensor:
         return torch.stack([torch.rand(n, generator=g, device=g.device) for g in generator]).to(device)
     gen_device = generator.device if generator is not None else device
     return torch.rand(batch_size, n, generator=generator, device=gen_device).to(device)
+
+
+def draw_ragged_uniforms(generator, counts: torch.Tensor, width: int, device) -> torch.Tensor:
+    """[B, width] uniforms where row b draws exactly counts[b] (<= width) of them; the rest are 0.
+
+    With a list of generators row b's draws come from generator[b] only and their number depends on row b
+    alone, so ragged rows (different draft lengths) sample as if each were decoded by itself."""
+    counts_list = counts.tolist()
+    out = torch.zeros(len(counts_list), width)
+    if isinstance(generator, list):
+        for b, (g, n) in enumerate(zip(generator, counts_list)):
+            out[b, :n] = torch.rand(n, generator=g, device=g.device).cpu()
+    else:
+        flat = draw_uniform(generator, 1, sum(counts_list), device)[0].cpu().split(counts_list)
+        for b, row in enumerate(flat):
+            out[b, : row.numel()] = row
+    return out.to(device)

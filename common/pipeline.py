@@ -122,6 +122,11 @@ class Pipeline:
         """Quality metrics of generated sequences (names -> numbers)."""
         return {}
 
+    def bench_compare(self, inputs: list, baseline: list[list[int]], accelerated: list[list[int]]) -> dict:
+        """Comparisons of the two sides' outputs beyond exact match (e.g. distances between the token
+        distributions of sampled runs, with their noise level); stored as the row's `comparison`."""
+        return {}
+
     def bench_summary(self, inputs: list, stats: DecodeStats, seconds: float) -> dict:
         """Extra summary fields of one side of a bench row (e.g. a real-time factor over input media)."""
         return {}

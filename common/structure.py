@@ -65,10 +65,13 @@ class RVQFrames(TokenStructure):
 
     depth: int
     codebook_size: int
+    state_size: int | None = None  # width of the depth decoder's hidden states (what drafting heads read)
 
     def __post_init__(self):
-        for name in ("depth", "codebook_size"):
+        for name in ("depth", "codebook_size", "state_size"):
             value = getattr(self, name)
+            if name == "state_size" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"RVQFrames.{name} must be an int >= 1, got {value!r}")
 

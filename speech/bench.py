@@ -48,3 +48,33 @@ def tts_table(results: list[dict]) -> str:
             f"{acc['depth_calls_per_frame']:.2f} | {base['time_share']['depth']:.0%} → "
             f"{acc['time_share']['depth']:.0%} | {exact_text(r)} |")
     return "\n".join(lines)
+
+
+def rvq_table(results: list[dict]) -> str:
+    """`rvq_spec` rows: codes per depth call, calls per frame, the RVQ-generation and end-to-end speed-ups,
+    RTF, judge WER and the AR-vs-plugin code-histogram distance beside its permutation noise."""
+    from mmspec.common.bench import sampling_text
+
+    rows = [r for r in results if r.get("pipeline") == "tts" and r["plugin"] != "ar"]
+    if not rows:
+        return ""
+    lines = ["| plugin | config | batch | samples | sampling | codes / call | depth calls / frame AR → plugin "
+             "| RVQ speed-up (calls) | RVQ speed-up (wall) | end to end | RTF AR → plugin | Whisper WER AR → plugin "
+             "| code TV (noise) | exact match |", "|" + "---|" * 14]
+    for r in rows:
+        base, acc = r["baseline"], r["accelerated"]
+        depth_time = (base["time_split_by_stage_s"]["depth"] / max(acc["time_split_by_stage_s"]["depth"], 1e-9)
+                      if "time_split_by_stage_s" in base else float("nan"))
+        comparison = r.get("comparison") or {}
+        tv = comparison.get("code_tv_per_level", [float("nan")] * 2)[1:]
+        noise = comparison.get("code_tv_null_mean_per_level", [float("nan")] * 2)[1:]
+        worst = max(range(len(tv)), key=lambda i: tv[i] - noise[i])
+        lines.append(
+            f"| {r['plugin']} | {config_text(r)} | {r['batch_size']} | {r['num_samples']} | "
+            f"{sampling_text(r.get('settings', {}))} | {acc['mean_accepted']:.2f} | "
+            f"{base['depth_calls_per_frame']:.2f} → {acc['depth_calls_per_frame']:.2f} | "
+            f"{base['depth_calls_per_frame'] / max(acc['depth_calls_per_frame'], 1e-9):.2f}× | {depth_time:.2f}× | "
+            f"{r['speedup']:.2f}× | {base['rtf']:.2f} → {acc['rtf']:.2f} | "
+            f"{base['quality']['whisper_wer']:.1%} → {acc['quality']['whisper_wer']:.1%} | "
+            f"{tv[worst]:.3f} ({noise[worst]:.3f}) | {exact_text(r)} |")
+    return "\n".join(lines)

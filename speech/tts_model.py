@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..common.model import ARModel, DecodeState, ModelOutput, hf_cache_kwarg, map_dynamic_cache
+from ..common.model import ARModel, DecodeState, ModelOutput, hf_cache_kwarg, left_align, map_dynamic_cache
 from ..common.slots import SlotTable
 
 
@@ -80,7 +80,63 @@ def backbone_forward(model, embeds: torch.Tensor, attention_mask: torch.Tensor, 
                                 use_cache=cache is not None, output_attentions=output_attentions, **kwargs)
 
 
-class DepthDecoderAR(ARModel):
+class RVQDepthModel(ARModel):
+    """What RVQ speculation (`rvq_spec`) needs of a depth decoder besides the `ARModel` protocol: its shape,
+    and each code level's own output head applied to any hidden state (drafting code s+d from the state at
+    depth s reuses the frozen head of level s+d).
+
+    Positions: position 0 holds the backbone state; position p >= 1 is fed code p−1 and its output is the
+    distribution of code p (levels 1 … num_codebooks−1). The prompt (position 0 and code 0) is run together
+    with the first decode call, as the reference implementations' own `generate` does ([state, code 0] in
+    one forward): `prefill` only records it, so a frame costs num_codebooks − 1 calls under plain AR.
+    """
+
+    num_codebooks: int  # K: code levels per frame, level 0 (the backbone's) included
+    codebook_size: int  # codes per level; ids >= codebook_size are never emitted below level 0
+    hidden_size: int  # width of the states `code_logits` scores
+
+    def code_logits(self, hidden: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+        """hidden [N, D], levels [N] long in 1..K−1 -> [N, V] float32 logits of each row's level by that level's
+        own head (ids >= codebook_size at -inf)."""
+        raise NotImplementedError
+
+    # --- the deferred prompt --------------------------------------------------------------------
+    def prefill(self, input_ids, attention_mask=None, output_hidden=False):
+        ids, mask, _ = left_align(input_ids, attention_mask, allow_empty=True)
+        state = self.new_state(ids.shape[0])
+        if ids.shape[1]:
+            state.extra["pending"] = (ids.to(self.device), mask.to(self.device))
+        return state, None
+
+    def forward(self, state, tokens, positions, *, token_mask=None, tree=None, tree_nodes=None,
+                output_hidden=False, query_only=None):
+        pending = state.extra.pop("pending", None) if state.extra else None
+        if pending is None:
+            return super().forward(state, tokens, positions, token_mask=token_mask, tree=tree,
+                                   tree_nodes=tree_nodes, output_hidden=output_hidden, query_only=query_only)
+        ids, mask = pending
+        n = ids.shape[1]
+        device = tokens.device
+        ids, mask = ids.to(device), mask.to(device)
+        out = super().forward(
+            state, torch.cat([ids, tokens], 1),
+            torch.cat([(mask.long().cumsum(1) - 1).clamp(min=0), positions.to(device)], 1),
+            token_mask=torch.cat([mask, torch.ones_like(tokens, dtype=torch.bool) if token_mask is None
+                                  else token_mask.to(device)], 1),
+            tree=tree, tree_nodes=None if tree_nodes is None else torch.cat(
+                [torch.full((n,), -1, dtype=torch.long), tree_nodes.cpu()]),
+            output_hidden=output_hidden,
+            query_only=None if query_only is None else torch.cat([torch.zeros_like(mask), query_only.to(device)], 1))
+        return ModelOutput(logits=out.logits[:, n:], hidden=None if out.hidden is None else out.hidden[:, n:])
+
+    def select_rows(self, state, rows):
+        if state.extra and "pending" in state.extra:
+            ids, mask = state.extra["pending"]
+            state.extra["pending"] = (ids[rows.to(ids.device)], mask[rows.to(ids.device)])
+        super().select_rows(state, rows)
+
+
+class DepthDecoderAR(RVQDepthModel):
     """A CSM depth decoder for one frame of a batch, as an `ARModel` (see the module docstring).
 
     Position 0 is the backbone's hidden state (`backbone_hidden` [B, H], whatever token is fed there);
@@ -94,6 +150,7 @@ class DepthDecoderAR(ARModel):
         self.vocab_size = self.config.vocab_size
         self.codebook_size = codebook_size
         self.num_codebooks = self.config.num_codebooks
+        self.hidden_size = self.config.hidden_size
         self.device = backbone_hidden.device
         self.backbone_hidden = backbone_hidden
         self._cache_kwarg = hf_cache_kwarg(depth_decoder.model.layers[0])
@@ -117,18 +174,25 @@ class DepthDecoderAR(ARModel):
         hidden = state.extra["hidden"].to(embeds.dtype)[:, None, :].expand_as(embeds)
         return torch.where((positions == 0)[..., None], hidden, embeds)
 
-    def head_logits(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """[B, L, D] depth-decoder states at `positions` -> [B, L, V] logits by each position's own head."""
-        weight = self.model.codebooks_head.weight  # [K-1, D, V]
-        logits = hidden.new_zeros(*hidden.shape[:2], weight.shape[-1])
-        for position in positions.unique().tolist():
-            if position == 0:
-                continue  # the backbone state's own output predicts nothing the depth decoder emits
-            rows = positions == position
-            logits[rows] = hidden[rows] @ weight[min(position, self.num_codebooks - 1) - 1]
+    def code_logits(self, hidden: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+        weight = self.model.codebooks_head.weight  # [K-1, D, V]; head j scores level j + 1
+        logits = hidden.new_zeros(hidden.shape[0], weight.shape[-1])
+        # One matmul per level present (at most K−1), not a [N, D, V] gather of every row's head.
+        for level in levels.unique().tolist():
+            rows = levels == level
+            logits[rows] = hidden[rows] @ weight[level - 1]
         logits = logits.float()
         logits[..., self.codebook_size:] = float("-inf")
         return logits
+
+    def head_logits(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """[B, L, D] depth-decoder states at `positions` -> [B, L, V] logits by each position's own head.
+        Position 0's output predicts nothing the depth decoder emits; positions past the last level (padding
+        a verify pass feeds at clamped positions) are scored by the last head, and never used."""
+        levels = positions.clamp(1, self.num_codebooks - 1).reshape(-1)
+        logits = self.code_logits(hidden.reshape(-1, hidden.shape[-1]), levels).view(*hidden.shape[:2], -1)
+        return logits.masked_fill((positions == 0)[..., None], 0.0).masked_fill_(
+            torch.arange(logits.shape[-1], device=logits.device) >= self.codebook_size, float("-inf"))
 
     def _run(self, state, tokens, positions, mask4d, output_hidden):
         inner = self.model.model

@@ -10,7 +10,7 @@ from mmspec.common.registry import list_plugins, load_plugin, register_builtin_m
 register_builtin_modules(
     "mmspec.text", "mmspec.vision", "mmspec.speech",
     "mmspec.plugins.ar", "mmspec.plugins.speculative", "mmspec.plugins.jacobi", "mmspec.plugins.zipar",
-    "mmspec.plugins.ssd", "mmspec.plugins.lantern", "mmspec.plugins.ctc_draft",
+    "mmspec.plugins.ssd", "mmspec.plugins.lantern", "mmspec.plugins.ctc_draft", "mmspec.plugins.rvq_spec",
 )
 
 __version__ = "0.1.0"

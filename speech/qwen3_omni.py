@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ..common.model import DecodeState, ModelOutput, hf_cache_kwarg, map_dynamic_cache
-from ..common.slots import SlotTable
+from ..common.model import DecodeState, ModelOutput
 from .tts_model import RVQDepthModel
 
 
@@ -48,21 +47,8 @@ class Qwen3OmniCodePredictorAR(RVQDepthModel):
         self.num_codebooks = self.config.num_code_groups
         self.hidden_size = self.config.hidden_size
         self.device = talker_hidden.device
-        self.talker_hidden = talker_hidden
+        self.backbone_hidden = talker_hidden
         self.code0_embedding = code0_embedding
-        self._cache_kwarg = hf_cache_kwarg(code_predictor.model.layers[0])
-
-    def mask_dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
-
-    def new_state(self, batch_size: int) -> DecodeState:
-        from transformers import DynamicCache
-
-        if batch_size != self.talker_hidden.shape[0]:
-            raise ValueError(f"the code predictor was given {self.talker_hidden.shape[0]} talker states for "
-                             f"{batch_size} rows")
-        return DecodeState(cache=DynamicCache(config=self.config), slots=SlotTable.empty(batch_size, self.device),
-                           extra={"hidden": self.talker_hidden})
 
     def embed(self, state: DecodeState, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         tables = self.model.model.codec_embedding
@@ -83,22 +69,9 @@ class Qwen3OmniCodePredictorAR(RVQDepthModel):
         return logits.float()
 
     def _run(self, state, tokens, positions, mask4d, output_hidden):
-        inner = self.model.model
         tokens, positions = tokens.to(self.device), positions.to(self.device)
-        x = self.embed(state, tokens, positions)
-        rotary = inner.rotary_emb(x, positions)
-        for layer in inner.layers:
-            x = layer(x, attention_mask=mask4d.to(self.device), position_ids=positions, use_cache=True,
-                      position_embeddings=rotary, **{self._cache_kwarg: state.cache})
-        x = inner.norm(x)
+        x = self.run_layers(state, self.embed(state, tokens, positions), positions, mask4d)
         levels = positions.clamp(1, self.num_codebooks - 1)
         logits = self.code_logits(x.reshape(-1, x.shape[-1]), levels.reshape(-1)).view(*x.shape[:2], -1)
         return ModelOutput(logits=logits.masked_fill((positions == 0)[..., None], 0.0),
                            hidden=x if output_hidden else None)
-
-    def _map_kv(self, state, fn):
-        map_dynamic_cache(state.cache, fn)
-
-    def select_rows(self, state, rows):
-        state.extra["hidden"] = state.extra["hidden"].index_select(0, rows.to(self.device))
-        super().select_rows(state, rows)

@@ -100,6 +100,35 @@ class RVQDepthModel(ARModel):
         own head (ids >= codebook_size at -inf)."""
         raise NotImplementedError
 
+    # --- what depth decoders built from `transformers` layers share ------------------------------
+    # (subclasses set self.model (with .model.layers / .rotary_emb / .norm), self.config, self.device and
+    # self.backbone_hidden [B, H], the state fed at position 0)
+    def mask_dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def new_state(self, batch_size: int) -> DecodeState:
+        from transformers import DynamicCache
+
+        if batch_size != self.backbone_hidden.shape[0]:
+            raise ValueError(f"the depth decoder was given {self.backbone_hidden.shape[0]} backbone states for "
+                             f"{batch_size} rows")
+        return DecodeState(cache=DynamicCache(config=self.config), slots=SlotTable.empty(batch_size, self.device),
+                           extra={"hidden": self.backbone_hidden})
+
+    def run_layers(self, state: DecodeState, x: torch.Tensor, positions: torch.Tensor, mask4d) -> torch.Tensor:
+        """The decoder layers and final norm over input embeddings x [B, L, H] (KV appended to the cache)."""
+        inner = self.model.model
+        rotary = inner.rotary_emb(x, positions)
+        if "_cache_kwarg" not in self.__dict__:  # inspect once per adapter, not per call
+            self._cache_kwarg = hf_cache_kwarg(inner.layers[0])
+        for layer in inner.layers:
+            x = layer(x, attention_mask=mask4d.to(self.device), position_ids=positions, use_cache=True,
+                      position_embeddings=rotary, **{self._cache_kwarg: state.cache})
+        return inner.norm(x)
+
+    def _map_kv(self, state, fn):
+        map_dynamic_cache(state.cache, fn)
+
     # --- the deferred prompt --------------------------------------------------------------------
     def prefill(self, input_ids, attention_mask=None, output_hidden=False):
         ids, mask, _ = left_align(input_ids, attention_mask, allow_empty=True)
@@ -133,6 +162,8 @@ class RVQDepthModel(ARModel):
         if state.extra and "pending" in state.extra:
             ids, mask = state.extra["pending"]
             state.extra["pending"] = (ids[rows.to(ids.device)], mask[rows.to(ids.device)])
+        if state.extra and "hidden" in state.extra:
+            state.extra["hidden"] = state.extra["hidden"].index_select(0, rows.to(state.extra["hidden"].device))
         super().select_rows(state, rows)
 
 
@@ -153,19 +184,6 @@ class DepthDecoderAR(RVQDepthModel):
         self.hidden_size = self.config.hidden_size
         self.device = backbone_hidden.device
         self.backbone_hidden = backbone_hidden
-        self._cache_kwarg = hf_cache_kwarg(depth_decoder.model.layers[0])
-
-    def mask_dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
-
-    def new_state(self, batch_size: int) -> DecodeState:
-        from transformers import DynamicCache
-
-        if batch_size != self.backbone_hidden.shape[0]:
-            raise ValueError(f"the depth decoder was given {self.backbone_hidden.shape[0]} backbone states for "
-                             f"{batch_size} rows")
-        return DecodeState(cache=DynamicCache(config=self.config), slots=SlotTable.empty(batch_size, self.device),
-                           extra={"hidden": self.backbone_hidden})
 
     def embed(self, state: DecodeState, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         inner = self.model.model
@@ -195,22 +213,10 @@ class DepthDecoderAR(RVQDepthModel):
             torch.arange(logits.shape[-1], device=logits.device) >= self.codebook_size, float("-inf"))
 
     def _run(self, state, tokens, positions, mask4d, output_hidden):
-        inner = self.model.model
         tokens, positions = tokens.to(self.device), positions.to(self.device)
-        x = inner.inputs_embeds_projector(self.embed(state, tokens, positions))
-        rotary = inner.rotary_emb(x, position_ids=positions)
-        for layer in inner.layers:
-            x = layer(x, attention_mask=mask4d.to(self.device), position_ids=positions, use_cache=True,
-                      position_embeddings=rotary, **{self._cache_kwarg: state.cache})
-        x = inner.norm(x)
+        x = self.model.model.inputs_embeds_projector(self.embed(state, tokens, positions))
+        x = self.run_layers(state, x, positions, mask4d)
         return ModelOutput(logits=self.head_logits(x, positions), hidden=x if output_hidden else None)
-
-    def _map_kv(self, state, fn):
-        map_dynamic_cache(state.cache, fn)
-
-    def select_rows(self, state, rows):
-        state.extra["hidden"] = state.extra["hidden"].index_select(0, rows.to(self.device))
-        super().select_rows(state, rows)
 
     def token_embeddings(self) -> torch.Tensor:
         raise NotImplementedError("the depth decoder embeds each code with its position's table; use embed()")

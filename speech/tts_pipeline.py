@@ -414,8 +414,6 @@ class TTSPipeline(Pipeline):
 
     @classmethod
     def bench_sections(cls, results: list[dict]) -> list[tuple[str, str, str]]:
-        from .bench import tts_table
-
         from .bench import rvq_table, tts_table
 
         table = tts_table(results)

@@ -60,11 +60,12 @@ class RVQSpecPlugin(Plugin):
     Config = RVQSpecConfig
     requires = RVQFrames
     default_model = "tts-tiny"
-    bench_default_variants = ({"batch_size": 1},)
+    bench_default_variants = ({"batch_size": 1, "num_samples": 40},)
     bench_variants = tuple({"num_samples": 8, "settings": s} for s in (
         {"num_draft_tokens": 2}, {"num_draft_tokens": 3}, {"num_draft_tokens": 6},
         {"offsets": NO_OFFSETS}, {"offsets": NO_OFFSETS, "num_draft_tokens": 6},
-        {"tree_branching": "3,1,1,1"}, {"temperature": 0.0, "depth_temperature": 0.0})) + (
+        {"tree_branching": "3,1,1,1"}, {"temperature": 0.0, "depth_temperature": 0.0},
+        {"tree_branching": "3,1,1,1", "temperature": 0.0, "depth_temperature": 0.0})) + (
         {"batch_size": 4, "num_samples": 8},)
 
     def __init__(self, **config):

@@ -1,0 +1,233 @@
+"""The page VLM: a small `transformers.GotOcr2ForConditionalGeneration`, its tokenizer, prompts and adapter.
+
+GOT-OCR2's shape is that of the parsers users run: a ViT image encoder (SAM-style, windowed attention) whose
+features two strided convolutions shrink to a few tokens, spliced into a Qwen2 decoder's input at `<image>`
+placeholders. One model answers three prompts:
+
+    page     <s> <image>×N <task_page>              -> the page's markdown </s>
+    layout   <s> <image>×N <task_layout>            -> (<type_T> <loc x0> <loc y0> <loc x1> <loc y1>)* </s>
+    region   <s> <image>×N <task_region> <loc>×4    -> that block's markdown </s>
+
+Boxes are quantized to LOC_BINS bins per axis of the page (`<loc_0>` … `<loc_63>`). The tokenizer is a
+byte-level BPE trained here on rendered pages' markdown (`tokenizers`), with the control tokens above
+added as special tokens, and is saved as a `PreTrainedTokenizerFast` beside the model.
+
+`PageVLMAR` adapts any such model (the bundled one, a real GOT-OCR2 checkpoint) to the core's `ARModel`:
+the image features of a batch are computed once (`encode_pages`) and fed at the `<image>` positions of
+each row's prompt, so many region prompts of one page reuse one encoder pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mmspec.common.model import DecodeState, HFCausalLM, ModelOutput, hf_cache_kwarg, map_dynamic_cache
+from mmspec.common.slots import SlotTable
+
+from .pages import BLOCK_TYPES, PAGE_SIZE
+
+LOC_BINS = 64
+PAD, BOS, EOS, IMAGE = "<pad>", "<s>", "</s>", "<image>"
+TASKS = ("page", "layout", "region")
+# Prefixed names: a bare "<table>" would swallow the HTML tag of every table in the text.
+CONTROL_TOKENS = ([PAD, BOS, EOS, IMAGE] + [f"<task_{t}>" for t in TASKS] + [f"<type_{t}>" for t in BLOCK_TYPES]
+                  + [f"<loc_{i}>" for i in range(LOC_BINS)])
+BPE_VOCAB = 1024  # merges learned on page text, on top of the control tokens
+
+
+# --- tokenizer -------------------------------------------------------------------------------------------
+
+def train_tokenizer(texts: list[str], vocab_size: int = BPE_VOCAB):
+    """A byte-level BPE over `texts` with CONTROL_TOKENS first (ids 0 … len−1), as a PreTrainedTokenizerFast."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size + len(CONTROL_TOKENS), special_tokens=CONTROL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    bpe.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token=PAD, bos_token=BOS, eos_token=EOS,
+                                   additional_special_tokens=CONTROL_TOKENS[3:])
+
+
+def quantize_box(box, size: int = PAGE_SIZE) -> list[int]:
+    """(x0, y0, x1, y1) pixels -> 4 bin indices (x1 / y1 rounded up, so the bins cover the box)."""
+    x0, y0, x1, y1 = box
+    scale = LOC_BINS / size
+    lo = [min(LOC_BINS - 1, max(0, math.floor(v * scale))) for v in (x0, y0)]
+    hi = [min(LOC_BINS - 1, max(0, math.ceil(v * scale) - 1)) for v in (x1, y1)]
+    return [lo[0], lo[1], hi[0], hi[1]]
+
+
+def dequantize_box(bins, size: int = PAGE_SIZE) -> tuple[int, int, int, int]:
+    step = size / LOC_BINS
+    x0, y0, x1, y1 = bins
+    return (round(x0 * step), round(y0 * step), round((x1 + 1) * step), round((y1 + 1) * step))
+
+
+class PagePrompts:
+    """Token ids of prompts and targets for one tokenizer (the control tokens looked up once)."""
+
+    def __init__(self, tokenizer, image_seq_length: int):
+        self.tokenizer = tokenizer
+        self.image_seq_length = image_seq_length
+        ids = tokenizer.convert_tokens_to_ids(CONTROL_TOKENS)
+        if tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids:
+            raise ValueError("the tokenizer lacks mmspec's page control tokens (<image>, <page>, <loc_i>, …)")
+        self.id = dict(zip(CONTROL_TOKENS, ids))
+        self.loc_ids = [self.id[f"<loc_{i}>"] for i in range(LOC_BINS)]
+        self.type_ids = {t: self.id[f"<type_{t}>"] for t in BLOCK_TYPES}
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.id[EOS]
+
+    @property
+    def image_token_id(self) -> int:
+        return self.id[IMAGE]
+
+    def prompt(self, task: str, box=None) -> list[int]:
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        ids = [self.id[BOS]] + [self.id[IMAGE]] * self.image_seq_length + [self.id[f"<task_{task}>"]]
+        if task == "region":
+            ids += [self.loc_ids[b] for b in quantize_box(box)]
+        return ids
+
+    def text_ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def layout_ids(self, blocks) -> list[int]:
+        out = []
+        for b in blocks:
+            out += [self.type_ids[b.type]] + [self.loc_ids[q] for q in quantize_box(b.box)]
+        return out
+
+    def decode_text(self, ids: list[int]) -> str:
+        ids = [i for i in ids if i != self.eos_token_id]
+        return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+    def decode_layout(self, ids: list[int]) -> list[tuple[str, tuple[int, int, int, int]]]:
+        """(type, box) per complete group of five tokens; malformed groups are skipped."""
+        by_type = {v: k for k, v in self.type_ids.items()}
+        by_loc = {v: i for i, v in enumerate(self.loc_ids)}
+        out, i = [], 0
+        while i + 5 <= len(ids):
+            group = ids[i:i + 5]
+            if group[0] in by_type and all(g in by_loc for g in group[1:]):
+                out.append((by_type[group[0]], dequantize_box([by_loc[g] for g in group[1:]])))
+                i += 5
+            else:
+                i += 1
+        return out
+
+
+# --- the bundled model ------------------------------------------------------------------------------------
+
+def tiny_got_config(vocab_size: int, image_token_id: int, pad_token_id: int = 0, text_hidden: int = 256,
+                    text_layers: int = 4, vision_hidden: int = 128, vision_layers: int = 3):
+    """The bundled page VLM's config: 320 px pages in 10 px patches (32×32), 64 image tokens, Qwen2 text."""
+    from transformers import GotOcr2Config
+
+    patch = 10
+    grid = PAGE_SIZE // patch
+    return GotOcr2Config(
+        vision_config=dict(hidden_size=vision_hidden, output_channels=vision_hidden, num_hidden_layers=vision_layers,
+                           num_attention_heads=4, image_size=PAGE_SIZE, patch_size=patch, window_size=16,
+                           global_attn_indexes=[vision_layers - 1], mlp_dim=4 * vision_hidden, use_rel_pos=False,
+                           initializer_range=0.02),  # the class default (1e-10, for loading SAM weights) starts a
+                                                      # from-scratch encoder at zero
+        text_config=dict(model_type="qwen2", vocab_size=vocab_size, hidden_size=text_hidden,
+                         intermediate_size=3 * text_hidden, num_hidden_layers=text_layers, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=1024, pad_token_id=pad_token_id,
+                         tie_word_embeddings=True),
+        image_token_index=image_token_id, image_seq_length=(grid // 4) ** 2, tie_word_embeddings=True)
+
+
+class PageImageProcessor:
+    """Page images -> pixel_values [B, C, S, S]: grey pages resized to the model's square input size and
+    normalized (mean / std per channel, as the model was trained)."""
+
+    def __init__(self, size: int = PAGE_SIZE, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)):
+        self.size, self.mean, self.std = size, tuple(mean), tuple(std)
+
+    def to_dict(self) -> dict:
+        return {"size": self.size, "mean": list(self.mean), "std": list(self.std)}
+
+    def __call__(self, images) -> torch.Tensor:
+        import numpy as np
+        from PIL import Image
+
+        out = []
+        for image in images:
+            rgb = image.convert("RGB")
+            if rgb.size != (self.size, self.size):
+                rgb = rgb.resize((self.size, self.size), Image.BICUBIC)
+            out.append(torch.from_numpy(np.asarray(rgb, dtype=np.float32) / 255.0).permute(2, 0, 1))
+        pixels = torch.stack(out)
+        mean = torch.tensor(self.mean)[None, :, None, None]
+        std = torch.tensor(self.std)[None, :, None, None]
+        return (pixels - mean) / std
+
+
+# --- the adapter ------------------------------------------------------------------------------------------
+
+def encode_pages(model, pixel_values: torch.Tensor) -> torch.Tensor:
+    """[B, C, S, S] -> [B, N, D] the image tokens the decoder reads (encoder + projector), once per page."""
+    param = next(model.parameters())
+    feats = model.model.get_image_features(pixel_values=pixel_values.to(param.device, param.dtype))
+    return feats.pooler_output if hasattr(feats, "pooler_output") else feats
+
+
+class PageVLMAR(HFCausalLM):
+    """`ARModel` over a GOT-OCR2-style VLM for a batch of prompts whose `<image>` placeholders are filled
+    from `image_features[row_pages[b]]` ([P, N, D], N = placeholders per prompt): rows may share a page.
+    Only the decoder runs per step; the vision tower ran once in `encode_pages`."""
+
+    def __init__(self, model, image_features: torch.Tensor, row_pages: torch.Tensor, image_token_id: int,
+                 compact_slack: int = 64):
+        super().__init__(model, compact_slack)
+        self.language_model = model.model.language_model
+        self._cache_kwarg = hf_cache_kwarg(self.language_model)
+        self.lm_head = model.lm_head
+        self.image_features = image_features
+        self.row_pages = row_pages.to(image_features.device)
+        self.image_token_id = image_token_id
+
+    def new_state(self, batch_size: int) -> DecodeState:
+        from transformers import DynamicCache
+
+        state = DecodeState(cache=DynamicCache(config=self.config.text_config),
+                            slots=SlotTable.empty(batch_size, self.device))
+        state.extra = {"rows": torch.arange(batch_size, device=self.device)}  # this state's rows -> row_pages
+        return state
+
+    def _run(self, state, tokens, positions, mask4d, output_hidden):
+        tokens = tokens.to(self.device)
+        embeds = self.language_model.get_input_embeddings()(tokens)
+        is_image = tokens == self.image_token_id
+        if bool(is_image.any()):
+            counts = is_image.sum(1)
+            n = self.image_features.shape[1]
+            if bool(((counts != 0) & (counts != n)).any()):
+                raise ValueError(f"each prompt needs exactly {n} <image> tokens (the model's image_seq_length), "
+                                 f"got {counts.tolist()}")
+            pages = self.row_pages[state.extra["rows"]]
+            feats = self.image_features[pages[counts > 0]].reshape(-1, embeds.shape[-1])
+            embeds = embeds.masked_scatter(is_image[..., None], feats.to(embeds.dtype))
+        out = self.language_model(inputs_embeds=embeds, position_ids=positions.to(self.device),
+                                  attention_mask=mask4d.to(self.device), use_cache=True,
+                                  **{self._cache_kwarg: state.cache})
+        hidden = out.last_hidden_state
+        return ModelOutput(logits=self.lm_head(hidden).float(), hidden=hidden if output_hidden else None)
+
+    def select_rows(self, state, rows):
+        state.extra["rows"] = state.extra["rows"][rows.to(self.device)]
+        super().select_rows(state, rows)
+
+    def _map_kv(self, state, fn):
+        map_dynamic_cache(state.cache, fn)

@@ -57,6 +57,25 @@ def save_checkpoint(state: dict, path: str) -> None:
     os.replace(path + ".tmp", path)
 
 
+def load_checkpoint(path: str, model, optimizer, schedule=None) -> dict | None:
+    """Restore a `save_checkpoint` dict's model, optimizer, LR schedule and (when saved) global torch RNG
+    state; returns the dict for the script's own keys (step, best, ...), or None when there is no checkpoint."""
+    import os
+
+    import torch
+
+    if not os.path.exists(path):
+        return None
+    saved = torch.load(path, weights_only=False)
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    if schedule is not None:
+        schedule.load_state_dict(saved["schedule"])
+    if "torch_rng" in saved:  # dropout and other draws from the global generator continue where they were
+        torch.set_rng_state(saved["torch_rng"])
+    return saved
+
+
 def optimizer_step(loss, model, optimizer, schedule=None, max_grad_norm: float = 1.0) -> None:
     """Backward, clip the gradient norm, step the optimizer (and the LR schedule, if any)."""
     import torch

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 import Levenshtein
@@ -36,6 +37,7 @@ def normalized_edit_distance(predictions: list[str], references: list[str]) -> f
     return sum(Levenshtein.distance(p, r) for p, r in zip(predictions, references)) / total if total else 0.0
 
 
+@functools.lru_cache(maxsize=1)
 def _teds():
     from table_recognition_metric import TEDS
 

@@ -76,7 +76,7 @@ class PagePrompts:
         self.tokenizer = tokenizer
         self.image_seq_length = image_seq_length
         ids = tokenizer.convert_tokens_to_ids(CONTROL_TOKENS)
-        if tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids:
+        if any(i is None for i in ids) or (tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids):
             raise ValueError("the tokenizer lacks mmspec's page control tokens (<image>, <page>, <loc_i>, …)")
         self.id = dict(zip(CONTROL_TOKENS, ids))
         self.loc_ids = [self.id[f"<loc_{i}>"] for i in range(LOC_BINS)]

@@ -104,6 +104,13 @@ def text_pool() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(train), tuple(test)
 
 
+@functools.lru_cache(maxsize=len(SPLITS))
+def table_words(split: str) -> list[str]:
+    """Short words of the split's sentences, for table cells (computed once, not per page)."""
+    sentences = text_pool()[SPLITS.index(split)]
+    return sorted({w for s in sentences[:2000] for w in s.split() if 2 < len(w) < 9})
+
+
 def wrap(text: str, font, width: int) -> list[str]:
     """Greedy line breaking at spaces; a word wider than the line is put on its own line."""
     lines, current = [], ""
@@ -227,6 +234,7 @@ class _Layout:
         self.columns = columns
         self.column = 0
         self.top = MARGIN
+        self.full_width_bottom = MARGIN  # where columns start: under a full-width title, if any
         self.bottom = PAGE_SIZE - MARGIN - 14  # room for the page number
 
     @property
@@ -243,8 +251,6 @@ class _Layout:
         x, y = self.left, self.top
         return x, y
 
-    full_width_bottom = MARGIN
-
 
 def _sentence_case(s: str) -> str:
     return s[:1].upper() + s[1:]
@@ -259,7 +265,7 @@ def render_page(seed: int, split: str = "train", augment: bool = True) -> Page:
     # Separate random streams per split: a test page's layout never repeats a training seed's.
     rng = random.Random(f"{split}:{int(seed)}")
     sentences = text_pool()[SPLITS.index(split)]
-    words = sorted({w for s in sentences[:2000] for w in s.split() if 2 < len(w) < 9})
+    words = table_words(split)
     family = rng.choice(sorted(FAMILIES))
     size = rng.randint(10, 12)
     columns = 1 if rng.random() < 0.55 else 2
@@ -345,7 +351,7 @@ def _draw_block(kind, rng, draw, image, layout, body, family, size, sentences, w
         font = load_font(family, 0, size - 1)
         bold = load_font(family, 1, size - 1)
         pad = 3
-        col_w = [max(int(max(bold, font, key=lambda f: f.getlength(r[c])).getlength(r[c])) for r in grid) + 2 * pad
+        col_w = [max(int(max(bold.getlength(r[c]), font.getlength(r[c]))) for r in grid) + 2 * pad
                  for c in range(len(grid[0]))]
         if sum(col_w) > width:
             return []  # too wide for this column: skip the table, keep filling

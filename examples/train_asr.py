@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 import torchaudio
 
-from mmspec.common.training import length_batches, save_checkpoint, warmup_cosine_lr
+from mmspec.common.training import length_batches, load_checkpoint, save_checkpoint, warmup_cosine_lr
 from mmspec.speech.asr_model import ASRModel
 from mmspec.speech.text import CharTokenizer
 
@@ -90,12 +90,9 @@ def main(argv=None) -> None:
     os.makedirs(args.work_dir, exist_ok=True)
     checkpoint = os.path.join(args.work_dir, "checkpoint.pt")
     step = 0
-    if os.path.exists(checkpoint):
-        saved = torch.load(checkpoint, weights_only=False)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
+    saved = load_checkpoint(checkpoint, model, optimizer)
+    if saved is not None:
         step = saved["step"]
-        torch.set_rng_state(saved["torch_rng"])
         print(f"resumed at step {step}")
 
     epoch_batches, epoch = [], -1

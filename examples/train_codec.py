@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from mmspec.common.training import RunningLosses, optimizer_step, save_checkpoint
+from mmspec.common.training import RunningLosses, load_checkpoint, optimizer_step, save_checkpoint
 from mmspec.speech.codec import SpectralRVQCodec
 from mmspec.speech.tts_data import load_shards
 
@@ -76,12 +76,8 @@ def main(argv=None) -> None:
     os.makedirs(args.work_dir, exist_ok=True)
     checkpoint = os.path.join(args.work_dir, "checkpoint.pt")
     step = 0
-    if os.path.exists(checkpoint):
-        saved = torch.load(checkpoint, weights_only=False)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        schedule.load_state_dict(saved["schedule"])
-        torch.set_rng_state(saved["torch_rng"])
+    saved = load_checkpoint(checkpoint, model, optimizer, schedule)
+    if saved is not None:
         step = saved["step"]
         print(f"resumed at step {step}")
 

@@ -24,7 +24,8 @@ import time
 
 import torch
 
-from mmspec.common.training import RunningLosses, optimizer_step, save_checkpoint, warmup_cosine_lr
+from mmspec.common.training import (RunningLosses, load_checkpoint, optimizer_step, save_checkpoint,
+                                    warmup_cosine_lr)
 from mmspec.docs_parse.model import PageImageProcessor, PagePrompts, tiny_got_config, train_tokenizer
 from mmspec.docs_parse.pages import page_markdown, render_page
 from mmspec.docs_parse.training import collate, training_example
@@ -101,12 +102,9 @@ def main() -> None:
         optimizer, lambda s: warmup_cosine_lr(s, args.steps, 1.0, warmup=min(200, args.steps // 10 + 1)))
     ckpt_path = os.path.join(args.work_dir, "checkpoint.pt")
     step, best = 0, {"loss": float("inf"), "step": -1, "state": None}
-    if os.path.exists(ckpt_path):
-        ckpt = torch.load(ckpt_path, weights_only=False)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        schedule.load_state_dict(ckpt["schedule"])
-        step, best = ckpt["step"], ckpt["best"]
+    saved = load_checkpoint(ckpt_path, model, optimizer, schedule)
+    if saved is not None:
+        step, best = saved["step"], saved["best"]
         print(f"resumed at step {step}", flush=True)
     valid = PageSteps(prompts, processor, 16, first_seed=VALIDATION_SEED0)
     valid_batches = [valid[i] for i in range(max(1, args.num_validation // 16))]

@@ -27,7 +27,8 @@ import time
 
 import torch
 
-from mmspec.common.training import RunningLosses, batch_of_step, length_batches, optimizer_step, save_checkpoint
+from mmspec.common.training import (RunningLosses, batch_of_step, length_batches, load_checkpoint, optimizer_step,
+                                    save_checkpoint)
 from mmspec.speech.codec import SpectralRVQCodec
 from mmspec.speech.text import CharTokenizer
 from mmspec.speech.tts_data import load_shards
@@ -131,13 +132,9 @@ def main(argv=None) -> None:
     held_out = collate(data, validation)
     train_sizes = sizes[: len(sizes) - args.num_validation]
     step, best = 0, {"loss": float("inf"), "step": 0}
-    if os.path.exists(checkpoint):
-        saved = torch.load(checkpoint, weights_only=False)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        schedule.load_state_dict(saved["schedule"])
+    saved = load_checkpoint(checkpoint, model, optimizer, schedule)  # its RNG state: attention dropout
+    if saved is not None:
         step, best = saved["step"], saved["best"]
-        torch.set_rng_state(saved["torch_rng"])  # attention dropout draws from the global generator
         print(f"resumed at step {step} (best held-out loss {best['loss']:.3f} at step {best['step']})")
 
     model.train()

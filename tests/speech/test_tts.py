@@ -119,7 +119,10 @@ def test_batch_equals_one_by_one_and_seeds_repeat():
     for i in range(3):
         assert torch.equal(batch.codes[i], alone[i].codes[0])
         assert torch.equal(batch.codes[i], again.codes[i])
-        np.testing.assert_allclose(batch.audios[i], alone[i].audios[0], atol=1e-5)
+        # The codes are identical; the waveform comes from the codec's convolutions over a padded batch, whose
+        # CPU kernels pick their algorithm by batch shape, so float32 rounding differs by a few 1e-5 on some
+        # machines (CI saw 3.4e-5). 1e-4 is -80 dBFS: far below any audible or content difference.
+        np.testing.assert_allclose(batch.audios[i], alone[i].audios[0], atol=1e-4)
     assert batch.codes[0].shape[0] == 8 and batch.sampling_rate == 16000
     assert not torch.equal(batch.codes[0], batch.codes[1][:, : batch.codes[0].shape[1]])
     stats = batch.stats

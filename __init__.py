@@ -8,7 +8,7 @@ from mmspec.common.registry import list_plugins, load_plugin, register_builtin_m
 # registers its pipelines and bundled models on import (lazily: no heavy import until one is used), so
 # the core (`mmspec.common`) names none of them; third parties use the entry-point groups instead.
 register_builtin_modules(
-    "mmspec.text", "mmspec.vision", "mmspec.speech",
+    "mmspec.text", "mmspec.vision", "mmspec.speech", "mmspec.docs_parse",
     "mmspec.plugins.ar", "mmspec.plugins.speculative", "mmspec.plugins.jacobi", "mmspec.plugins.zipar",
     "mmspec.plugins.ssd", "mmspec.plugins.lantern", "mmspec.plugins.ctc_draft", "mmspec.plugins.rvq_spec",
 )

@@ -79,16 +79,6 @@ class RVQFrames(TokenStructure):
         return f"RVQFrames(depth {self.depth})"
 
 
-@dataclass(frozen=True, eq=False)
-class PageRegions(TokenStructure):
-    """A page parsed as regions (layout blocks), each a token sequence that can be decoded on its own."""
-
-    num_regions: int | None = None  # None: decided per page
-
-    def describe(self) -> str:
-        return "PageRegions" if self.num_regions is None else f"PageRegions({self.num_regions})"
-
-
 def structure_names(kinds) -> str:
     """'CodeGrid' or 'CodeGrid or RVQFrames', for error messages."""
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)

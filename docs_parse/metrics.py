@@ -7,6 +7,7 @@
 - Formulas: normalized edit distance of the LaTeX with spaces removed, and the exact-match rate. CDM (rendered
   comparison) needs LaTeX + ImageMagick and is left out.
 - Reading order: normalized edit distance between the predicted and true order of the matched blocks.
+- Layout: typed boxes matched one to one at IoU >= 0.5: precision, recall, F1.
 """
 
 from __future__ import annotations
@@ -86,3 +87,40 @@ def reading_order_ned(predicted_order: list[int], true_order: list[int]) -> floa
         return 0.0
     ops = Levenshtein.distance([str(i) for i in predicted_order], [str(i) for i in true_order])
     return ops / max(len(predicted_order), len(true_order))
+
+
+def box_iou(a, b) -> float:
+    ax0, ay0, ax1, ay1 = a
+    bx0, by0, bx1, by1 = b
+    inter = max(0, min(ax1, bx1) - max(ax0, bx0)) * max(0, min(ay1, by1) - max(ay0, by0))
+    union = (ax1 - ax0) * (ay1 - ay0) + (bx1 - bx0) * (by1 - by0) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def layout_scores(predictions: list[list[tuple]], references: list[list[tuple]], iou: float = 0.5) -> dict:
+    """Typed-box detection over pages: each page's (type, box) predictions matched one to one to its references
+    of the same type, best IoU first, a match needing IoU >= `iou`; precision / recall / F1 over all blocks,
+    and the reading-order NED of the matched blocks (predicted order vs true order)."""
+    matched = predicted = truth = 0
+    order_distances = []
+    for pred, ref in zip(predictions, references):
+        predicted += len(pred)
+        truth += len(ref)
+        pairs = sorted(((box_iou(pb, rb), i, j) for i, (pt, pb) in enumerate(pred) for j, (rt, rb) in enumerate(ref)
+                        if pt == rt), reverse=True)
+        used_pred, used_ref, match = set(), set(), {}
+        for overlap, i, j in pairs:
+            if overlap < iou:
+                break
+            if i not in used_pred and j not in used_ref:
+                used_pred.add(i)
+                used_ref.add(j)
+                match[i] = j
+        matched += len(match)
+        if len(match) > 1:
+            order_distances.append(reading_order_ned([match[i] for i in sorted(match)], sorted(match.values())))
+    precision, recall = matched / max(1, predicted), matched / max(1, truth)
+    return {"layout_precision": precision, "layout_recall": recall,
+            "layout_f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+            "reading_order_ned": sum(order_distances) / len(order_distances) if order_distances else 0.0,
+            "blocks_predicted": predicted, "blocks_true": truth}

@@ -72,6 +72,8 @@ def dequantize_box(bins, size: int = PAGE_SIZE) -> tuple[int, int, int, int]:
 class PagePrompts:
     """Token ids of prompts and targets for one tokenizer (the control tokens looked up once)."""
 
+    tasks = TASKS
+
     def __init__(self, tokenizer, image_seq_length: int):
         self.tokenizer = tokenizer
         self.image_seq_length = image_seq_length
@@ -124,6 +126,58 @@ class PagePrompts:
             else:
                 i += 1
         return out
+
+
+class GotOcr2Prompts:
+    """Prompts a real GOT-OCR2 checkpoint was trained on, built by its own `GotOcr2Processor`: the whole page
+    ("OCR with format", or plain OCR with `format=False`) and box-prompted OCR of one region. GOT-OCR2 has
+    no layout prompt, so a pipeline over it reads pages, or regions whose boxes the caller gives.
+
+    Boxes are in the model's input pixels (`size` × `size`); the processor normalizes them to 0–1000 as the
+    checkpoint expects. The answer ends at `<|im_end|>` (the chat turn's end), which is the end token."""
+
+    tasks = ("page", "region")
+
+    def __init__(self, processor, image_seq_length: int, size: int, format: bool = True):
+        self.processor, self.tokenizer = processor, processor.tokenizer
+        self.image_seq_length, self.size, self.format = image_seq_length, size, format
+        self.image_token_id = processor.image_token_id
+        eos = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if eos is None or eos == self.tokenizer.unk_token_id:
+            raise ValueError("the GOT-OCR2 tokenizer lacks <|im_end|>, the end of its answers")
+        self.eos_token_id = eos
+        self._cache = {}
+
+    def prompt(self, task: str, box=None) -> list[int]:
+        if task not in self.tasks:
+            raise ValueError(f"task must be one of {self.tasks} for a GOT-OCR2 checkpoint (it has no layout "
+                             f"prompt), got {task!r}")
+        key = (task, tuple(box) if task == "region" else None)
+        if key not in self._cache:
+            from PIL import Image
+
+            blank = Image.new("RGB", (self.size, self.size), "white")  # the prompt depends on the size only
+            inputs = self.processor(images=blank, box=list(key[1]) if key[1] else None, format=self.format,
+                                    num_image_tokens=self.image_seq_length)
+            self._cache[key] = [int(i) for i in inputs["input_ids"][0]]
+        return list(self._cache[key])
+
+    def decode_text(self, ids: list[int]) -> str:
+        ids = [i for i in ids if i != self.eos_token_id]
+        return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+
+class GotOcr2PixelProcessor:
+    """Page images -> pixel_values with a GOT-OCR2 checkpoint's own image processor (one tile per page)."""
+
+    def __init__(self, image_processor):
+        self.image_processor = image_processor
+        size = image_processor.size  # a dict-like {"height", "width"} (square for GOT-OCR2)
+        self.size = int(size["height"]) if hasattr(size, "__getitem__") else int(size)
+
+    def __call__(self, images) -> torch.Tensor:
+        return self.image_processor([im.convert("RGB") for im in images], crop_to_patches=False,
+                                    return_tensors="pt")["pixel_values"]
 
 
 # --- the bundled model ------------------------------------------------------------------------------------

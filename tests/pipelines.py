@@ -55,11 +55,14 @@ def settings(name, **overrides):
         short = {"max_new_frames": 12}  # half a second of speech keeps tests quick
         if overrides.get("temperature") == 0:  # greedy means both levels: the depth decoder samples too
             short["depth_temperature"] = 0.0
+    if name == "doc-tiny":
+        short = {"max_new_tokens": 48}  # the start of each page's markdown
     return {**pipeline(name).call_defaults, **size, **short, **overrides}
 
 
 def call(name, pipe, items, **kwargs):
     """Call `pipe` directly on `items` from `inputs(name, ...)` (each pipeline names its input its own way)."""
+    from mmspec.docs_parse.pipeline import DocParsePipeline
     from mmspec.speech.pipeline import ASRPipeline
     from mmspec.speech.tts_pipeline import TTSPipeline
     from mmspec.vision.pipeline import ARImagePipeline
@@ -72,4 +75,6 @@ def call(name, pipe, items, **kwargs):
         return pipe([row["audio"] for row in items], **kwargs)
     if isinstance(pipe, TTSPipeline):
         return pipe([row["text"] for row in items], **kwargs)
+    if isinstance(pipe, DocParsePipeline):
+        return pipe([row["image"] for row in items], **kwargs)
     return pipe(items, **kwargs)

@@ -3,6 +3,10 @@
     python examples/train_doc_vlm.py                  # runs/doc_vlm/checkpoint.pt -> docs_parse/bundled/doc_tiny
     python examples/train_doc_vlm.py --steps 20 --out /tmp/doc --work-dir /tmp/doc_run   # smoke run
 
+The shipped weights: `--steps 3300` (batch 16, lr 1e-3), best validation loss 1.825 at step 3200. That run was
+extended across sessions (steps 0-300 under a 2000-step schedule, 300-1800 under 1800, then 1800-3300 as a
+warm restart), so rerunning this command from scratch gives a clean cosine rather than the same weights.
+
 1. Tokenizer: a byte-level BPE trained on the markdown of `--tokenizer-pages` training pages (cached in the
    work dir), the control tokens first (mmspec.docs_parse.model.CONTROL_TOKENS).
 2. Model: `tiny_got_config` (320 px pages, 64 image tokens; a 3-layer ViT, a 4-layer Qwen2 decoder).

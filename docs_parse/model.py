@@ -23,7 +23,8 @@ import math
 
 import torch
 
-from mmspec.common.model import DecodeState, HFCausalLM, ModelOutput, hf_cache_kwarg, map_dynamic_cache
+from mmspec.common.model import (DecodeState, HFCausalLM, ModelOutput, hf_cache_kwarg, left_align,
+                                 map_dynamic_cache)
 from mmspec.common.slots import SlotTable
 
 from .pages import BLOCK_TYPES, PAGE_SIZE
@@ -278,6 +279,47 @@ class PageVLMAR(HFCausalLM):
                                   **{self._cache_kwarg: state.cache})
         hidden = out.last_hidden_state
         return ModelOutput(logits=self.lm_head(hidden).float(), hidden=hidden if output_hidden else None)
+
+    def input_embedding_module(self):
+        return self.language_model.get_input_embeddings()
+
+    def prefill(self, input_ids, attention_mask=None, output_hidden=False):
+        """Prompts of one page that start alike (its region prompts: `<s> <image>×N <task_region>`, then
+        each block's box) share that prefix's KV: it runs once per page, the cache is forked to every row
+        reading that page (`select_rows` with repeated rows), and only the rest of each prompt is fed. The
+        result equals prefilling every row whole (tested); anything else falls back to that."""
+        ids, mask, _ = left_align(input_ids, attention_mask, allow_empty=True)
+        shared = self._shared_prefix(ids, mask)
+        if output_hidden or shared is None:
+            return super().prefill(input_ids, attention_mask, output_hidden)
+        length, leaders, fork = shared
+        ids, device = ids.to(self.device), self.device
+        state = self.new_state(len(leaders))
+        state.extra["rows"] = leaders.to(device)  # a leader row reads its own page
+        positions = torch.arange(length, device=device).expand(len(leaders), -1)
+        self.forward(state, ids[leaders, :length], positions)
+        self.select_rows(state, fork.to(device))  # row b continues from its leader's prefix cache
+        state.extra["rows"] = torch.arange(ids.shape[0], device=device)
+        if ids.shape[1] == length:
+            return state, None
+        positions = torch.arange(length, ids.shape[1], device=device).expand(ids.shape[0], -1)
+        return state, self.forward(state, ids[:, length:], positions)
+
+    def _shared_prefix(self, ids: torch.Tensor, mask: torch.Tensor):
+        """(prefix length, leader row of each group [G], group of each row [B]) when rows of one page share an
+        unpadded prefix of at least one token and some page has two or more rows; None otherwise."""
+        if ids.shape[0] < 2 or ids.shape[1] == 0 or not bool(mask.all()):
+            return None
+        same = (ids == ids[:1]).all(0)
+        length = int(same.long().cumprod(0).sum())  # columns equal across every row, from the start
+        if length == 0:
+            return None
+        pages = self.row_pages.cpu()[: ids.shape[0]]
+        _, group = torch.unique(pages, return_inverse=True)
+        if int(group.max()) + 1 == ids.shape[0]:
+            return None  # one row per page: nothing to share
+        leaders = torch.tensor([int((group == g).nonzero()[0]) for g in range(int(group.max()) + 1)])
+        return length, leaders, group
 
     def select_rows(self, state, rows):
         state.extra["rows"] = state.extra["rows"][rows.to(self.device)]

@@ -75,6 +75,45 @@ def test_greedy_through_the_core_equals_got_ocr2_generate_with_pages_shared_acro
             assert got == ref
 
 
+def test_region_prompts_of_one_page_fork_its_prefix_cache_and_equal_whole_prefills(tokenizer):
+    """Five region prompts over two pages: the shared prefix runs once per page (two rows), the cache is forked,
+    and each row then feeds its box only; greedy decoding equals GOT-OCR2's own generate row by row."""
+    from mmspec.common.model import ARModel
+
+    model = tiny_model(tokenizer)
+    prompts = PagePrompts(tokenizer, model.config.image_seq_length)
+    pages = [render_page(s, "test") for s in (0, 1)]
+    pixels = PageImageProcessor()([p.image for p in pages])
+    rows = [(0, b.box) for b in pages[0].blocks[:3]] + [(1, b.box) for b in pages[1].blocks[:2]]
+    ids = torch.tensor([prompts.prompt("region", box) for _, box in rows])
+    row_pages = torch.tensor([p for p, _ in rows])
+    fed = []
+    hook = model.model.language_model.register_forward_pre_hook(
+        lambda _, args, kwargs: fed.append(tuple(kwargs["inputs_embeds"].shape[:2])), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            target = PageVLMAR(model, encode_pages(model, pixels), row_pages, prompts.image_token_id)
+            forked, _ = target.prefill(ids[:, :-1])
+            shared = int((ids[:, :-1] == ids[:1, :-1]).all(0).long().cumprod(0).sum())  # <s> <image>×N <task> ...
+            assert shared >= ids.shape[1] - 5  # at least up to the box (boxes may share a first bin)
+            assert fed == [(2, shared), (5, ids.shape[1] - 1 - shared)]  # prefix once per page, then the rest
+            whole, _ = ARModel.prefill(target, ids[:, :-1])
+            positions = torch.full((5, 1), ids.shape[1] - 1)
+            step_forked = target.forward(forked, ids[:, -1:], positions).logits
+            step_whole = target.forward(whole, ids[:, -1:], positions).logits
+            torch.testing.assert_close(step_forked, step_whole, atol=1e-5, rtol=1e-5)
+            eos, pad = prompts.eos_token_id, tokenizer.pad_token_id
+            decoder = build_decoder(get_plugin_class("ar")(), target, LogitsPipeline(temperature=0.0),
+                                    eos_token_id=eos, pad_token_id=pad)
+            ours = decoder.generate(ids, max_new_tokens=12).tolist()
+    finally:
+        hook.remove()
+    for (page, _), prompt, got in zip(rows, ids.tolist(), ours):
+        ref = model.generate(input_ids=torch.tensor([prompt]), pixel_values=pixels[page:page + 1], max_new_tokens=12,
+                             do_sample=False, eos_token_id=eos, pad_token_id=pad)[0, len(prompt):].tolist()
+        assert got == (ref[: ref.index(eos) + 1] if eos in ref else ref)
+
+
 def test_the_adapter_refuses_a_prompt_without_the_model_s_image_tokens(tokenizer):
     model = tiny_model(tokenizer)
     prompts = PagePrompts(tokenizer, 3)  # the model reads 64 image tokens, the prompt has 3

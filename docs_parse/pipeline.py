@@ -55,6 +55,7 @@ MODES = ("page", "layout", "layout+regions", "regions")
 MIN_PAGE_SIDE = 32  # pixels; smaller images carry no readable text
 PROCESSOR_FILE = "page_processor.json"  # the bundled format's image settings (a GOT-OCR2 folder has its processor)
 FURNITURE = ("page_number",)  # blocks kept in `blocks` but not in a page's markdown
+_NOT_REGIONS = object()  # the last bench call was not in regions mode
 
 
 @dataclass
@@ -506,11 +507,25 @@ class DocParsePipeline(Pipeline):
         return rows[:num_samples]
 
     def bench_generate(self, inputs: list[dict], batch_size: int, seed: int, settings: dict):
+        """`mode=regions` reads each page's true blocks (`block_type=table` etc.: only blocks of that type), so
+        a block type's decoding is measured on its own."""
         gens = [torch.Generator().manual_seed(seed + i) for i in range(len(inputs))]
+        settings = dict(settings)
+        block_type = settings.pop("block_type", None)
+        if block_type is not None and (settings.get("mode") != "regions" or block_type not in BLOCK_TYPES):
+            raise ValueError(f"block_type must be one of {BLOCK_TYPES} and goes with mode=regions, got "
+                             f"block_type={block_type!r} with mode={settings.get('mode', 'page')!r}")
+        if settings.get("mode") == "regions":
+            settings["regions"] = [[b.box for b in self._bench_blocks(row, block_type)] for row in inputs]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # cut pages are counted (unfinished_rows) and score as they are
             out = self([row["image"] for row in inputs], batch_size=batch_size, generator=gens, **settings)
+        self._bench_block_type = block_type if settings.get("mode") == "regions" else _NOT_REGIONS
         return out.sequences, out.stats
+
+    @staticmethod
+    def _bench_blocks(row: dict, block_type: str | None) -> list:
+        return [b for b in row["blocks"] if b.type not in FURNITURE and block_type in (None, b.type)]
 
     def markdown_of_sequence(self, ids: list[int]) -> tuple[str, list[tuple[str, tuple]]]:
         """A page's markdown and layout from its `DocParseOutput.sequences` entry (any mode)."""
@@ -534,6 +549,22 @@ class DocParsePipeline(Pipeline):
     def bench_quality(self, inputs: list[dict], sequences: list[list[int]]) -> dict:
         from .metrics import layout_scores, page_scores
 
+        block_type = getattr(self, "_bench_block_type", _NOT_REGIONS)
+        if block_type is not _NOT_REGIONS:  # regions mode: each page's chosen true blocks, scored as a page
+            eos = self.prompts.eos_token_id
+            predicted = []
+            for ids in sequences:
+                texts, current = [], []
+                for t in ids:
+                    current.append(t)
+                    if t == eos:
+                        texts.append(self.prompts.decode_text(current))
+                        current = []
+                if current:
+                    texts.append(self.prompts.decode_text(current))
+                predicted.append("\n\n".join(texts))
+            references = ["\n\n".join(b.content for b in self._bench_blocks(row, block_type)) for row in inputs]
+            return page_scores(predicted, references)
         parsed = [self.markdown_of_sequence(s) for s in sequences]
         quality = {}
         if any(markdown for markdown, _ in parsed):

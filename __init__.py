@@ -11,6 +11,7 @@ register_builtin_modules(
     "mmspec.text", "mmspec.vision", "mmspec.speech", "mmspec.docs_parse",
     "mmspec.plugins.ar", "mmspec.plugins.speculative", "mmspec.plugins.jacobi", "mmspec.plugins.zipar",
     "mmspec.plugins.ssd", "mmspec.plugins.lantern", "mmspec.plugins.ctc_draft", "mmspec.plugins.rvq_spec",
+    "mmspec.plugins.ptp",
 )
 
 __version__ = "0.1.0"

@@ -134,8 +134,7 @@ class SpeculativeDecoder:
             stats.record_step(committed, draft.num_tokens if draft.tree is None else draft.tree.max_depth,
                               draft.lengths)
             with stats.timer("accept", device):
-                if draft.tree is not None:
-                    self.target.keep(state, acc.path_nodes)
+                self._keep(state, draft, acc)
                 self.target.crop(state, ctx.positions + committed)
                 if self.drafter is not None:
                     self.drafter.commit(ctx, acc, target_probs, verify_output)
@@ -198,6 +197,12 @@ class SpeculativeDecoder:
                                           tree_nodes=nodes, output_hidden=hidden)
             stats.target_nfe += 1
             return self.logits.probs(out.logits), out
+
+    def _keep(self, state, draft: Draft, acc) -> None:
+        """Resolve the verify pass's tree, if it fed one: keep the accepted path (a subclass whose verify pass
+        carries more than the draft, e.g. `ptp`'s registers, resolves its own tree here)."""
+        if draft.tree is not None:
+            self.target.keep(state, acc.path_nodes)
 
     def _write(self, out, produced, rows, acc, max_new_tokens) -> torch.Tensor:
         """Copy committed tokens into `out`, stopping at EOS or the length limit; returns finished [B_active]."""

@@ -83,6 +83,11 @@ class ARModel:
         predict hidden states (EAGLE)."""
         raise NotImplementedError(f"{type(self).__name__} does not expose its output layer")
 
+    def input_embedding_module(self) -> torch.nn.Module:
+        """The token-embedding module every `_run` calls on the fed ids (methods that feed learned inputs of
+        their own through hooks on it, e.g. `ptp`'s registers)."""
+        raise NotImplementedError(f"{type(self).__name__} does not name its token-embedding module")
+
     # --- the protocol ---------------------------------------------------
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 output_hidden: bool = False) -> tuple[DecodeState, ModelOutput | None]:
@@ -186,6 +191,9 @@ class HFCausalLM(ARModel):
 
     def token_embeddings(self) -> torch.Tensor:
         return self.model.get_input_embeddings().weight[: self.vocab_size]
+
+    def input_embedding_module(self):
+        return self.model.get_input_embeddings()
 
     def output_logits(self, hidden):
         return self.model.get_output_embeddings()(hidden).float()

@@ -220,6 +220,9 @@ class Florence2AR(ARModel):
     def output_logits(self, hidden):
         return self.lm_head(hidden).float()
 
+    def input_embedding_module(self):
+        return self.decoder.embed_tokens
+
     def new_state(self, batch_size):
         from transformers import DynamicCache, EncoderDecoderCache
 

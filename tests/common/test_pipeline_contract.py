@@ -16,10 +16,8 @@ pytestmark = pytest.mark.usefixtures("torch_kernels")  # the Triton interpreter 
 
 # The plugin each pipeline is saved with: the first of these it accepts (a trained head travels along; plain
 # AR where no other plugin decodes the pipeline's tokens yet).
-SAVE_WITH = ("eagle", "speculative", "ctc_draft", "sjd", "ar")
+SAVE_WITH = ("eagle", "speculative", "ctc_draft", "sjd", "ptp", "ar")
 NUM = 3
-# Modalities whose substrate has landed before any plugin of their own (they run plain AR meanwhile).
-AWAITING_PLUGINS = {"docs": "issue 17 brings ptp and region-parallel decoding"}
 
 
 def attachable(pipe):
@@ -44,11 +42,7 @@ def test_is_a_registered_pipeline(model):
     assert isinstance(pipe, Pipeline) and pipe.modality and pipe.pipeline_name
     assert set(pipe.call_defaults) and pipe.plugin is None
     assert pipe.token_structure is not None
-    own = [p for p in list_plugins() if get_plugin_class(p).modality == pipe.modality]
-    if pipe.modality in AWAITING_PLUGINS:  # plain AR only, for now; the exemption must go when one lands
-        assert not own, f"{pipe.modality} has plugins {own}: drop it from AWAITING_PLUGINS"
-    else:
-        assert own
+    assert any(get_plugin_class(p).modality == pipe.modality for p in list_plugins())
 
 
 @pytest.mark.parametrize("model", PIPELINES)

@@ -24,12 +24,12 @@ def lossless_plugins() -> list[tuple[str, dict]]:
 MUST_RUN = {("speculative", "text-tiny"), ("ctc_draft", "asr-tiny"), ("ctc_draft", "whisper-tiny-random"),
             ("sjd", "llamagen-tiny"), ("mc_sjd", "llamagen-tiny"), ("eagle", "llamagen-tiny"),
             ("ssd", "llamagen-tiny"), ("zipar", "llamagen-tiny"), ("sjd", "janus-tiny"), ("sjd", "emu3-tiny"),
-            ("sjd", "chameleon-tiny"), ("rvq_spec", "tts-tiny")}
+            ("sjd", "chameleon-tiny"), ("rvq_spec", "tts-tiny"), ("ptp", "doc-tiny")}
 
 
 def test_every_lossless_plugin_is_in_the_matrix():
     names = {name for name, _ in lossless_plugins()}
-    assert {"ar", "speculative", "sjd", "mc_sjd", "eagle", "ssd", "zipar", "ctc_draft", "rvq_spec"} <= names
+    assert {"ar", "speculative", "sjd", "mc_sjd", "eagle", "ssd", "zipar", "ctc_draft", "rvq_spec", "ptp"} <= names
     assert {p for p, _ in MUST_RUN} <= names and {m for _, m in MUST_RUN} <= set(PIPELINES)
 
 

@@ -37,6 +37,16 @@ def core_speculative_greedy(target, draft, input_ids, attention_mask, eos, pad, 
     return out.tolist(), out.stats.accepted_hist
 
 
+def core_ptp_greedy(target, input_ids, attention_mask, eos, pad, adapter_under, max_new_tokens=MAX_NEW):
+    """Greedy `ptp` (k = 3) with untrained registers (and gated adapters) for `target`'s model."""
+    from mmspec.plugins.ptp import PTPDecoder
+    from register_helpers import random_registers
+
+    registers = random_registers(target.model, 3, adapter_under)
+    decoder = PTPDecoder(target, registers, LogitsPipeline(temperature=0.0), 3, eos_token_id=eos, pad_token_id=pad)
+    return decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens).tolist()
+
+
 def assert_acceptance_was_ragged(accepted_hist):
     """Some steps committed one token (draft rejected at once), some more: the crop paths ran."""
     assert accepted_hist[1] > 0 and sum(accepted_hist[2:]) > 0, accepted_hist
@@ -142,6 +152,18 @@ def test_speculative_greedy_with_a_perturbed_idefics3_draft_equals_idefics3_gene
         eos = eos_that_ends_only_some_rows(core_greedy(target, input_ids, mask, None, IDEFICS_PAD))
         ours, accepted_hist = core_speculative_greedy(target, draft, input_ids, mask, eos, IDEFICS_PAD)
         assert_acceptance_was_ragged(accepted_hist)
+        assert ours == idefics3_generate(model, prompts, pixels, eos)
+
+
+def test_ptp_greedy_with_untrained_registers_equals_idefics3_generate(idefics3, idefics3_pages):
+    model = idefics3
+    pixels, sub_images = idefics3_pages
+    prompts = [idefics3_prompt(model, sub_images[page], text) for page, text in IDEFICS3_ROWS]
+    input_ids, mask = left_padded(prompts, IDEFICS_PAD)
+    with torch.no_grad():
+        target = Idefics3AR(model, encode_idefics3_pages(model, pixels), torch.tensor([p for p, _ in IDEFICS3_ROWS]))
+        eos = eos_that_ends_only_some_rows(core_greedy(target, input_ids, mask, None, IDEFICS_PAD))
+        ours = core_ptp_greedy(target, input_ids, mask, eos, IDEFICS_PAD, "model.text_model.layers")
         assert ours == idefics3_generate(model, prompts, pixels, eos)
 
 
@@ -252,6 +274,17 @@ def test_speculative_greedy_with_a_perturbed_florence2_draft_equals_florence2_ge
         eos = eos_that_ends_only_some_rows(core_greedy(target, prompt, None, None, BART_PAD))
         ours, accepted_hist = core_speculative_greedy(target, draft, prompt, None, eos, BART_PAD)
         assert_acceptance_was_ragged(accepted_hist)
+        assert ours == florence2_generate(model, pixels, input_ids, attention_mask, eos)
+
+
+def test_ptp_greedy_with_untrained_registers_equals_florence2_generate(florence2, florence2_batch):
+    model = florence2
+    pixels, input_ids, attention_mask = florence2_batch
+    with torch.no_grad():
+        target = Florence2AR(model, *encode_florence2(model, pixels, input_ids, attention_mask))
+        prompt = target.decoder_prompt()
+        eos = eos_that_ends_only_some_rows(core_greedy(target, prompt, None, None, BART_PAD))
+        ours = core_ptp_greedy(target, prompt, None, eos, BART_PAD, "model.language_model.decoder.layers")
         assert ours == florence2_generate(model, pixels, input_ids, attention_mask, eos)
 
 

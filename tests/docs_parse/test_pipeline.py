@@ -225,3 +225,13 @@ def test_a_got_ocr2_checkpoint_runs_with_its_own_prompts_and_equals_its_generate
     again = DocParsePipeline.from_pretrained(tmp_path)
     assert isinstance(again.prompts, type(pipe.prompts))
     assert again(pages[:2], max_new_tokens=10).sequences == out.sequences
+    # ptp on the checkpoint (untrained registers with adapters: exactness, not speed), pages and regions
+    from mmspec import load_plugin
+    from register_helpers import random_registers
+
+    random_registers(model, 4, "model.language_model.layers").save_pretrained(tmp_path / "registers")
+    ptp = load_plugin("ptp", pipeline=pipe, num_draft_tokens=4, registers_path=str(tmp_path / "registers"))
+    assert ptp(pages[:2], max_new_tokens=10).sequences == out.sequences
+    assert ptp([pages[0]], mode="regions", regions=[boxes], max_new_tokens=10).sequences == regions.sequences
+    with pytest.raises(ValueError, match="needs a layout pass"):
+        ptp([pages[0]], mode="layout+regions")

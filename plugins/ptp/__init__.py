@@ -1,0 +1,224 @@
+"""`ptp`: parallel-token prediction with learnable register tokens (after PTP, arXiv:2603.15206).
+
+One target forward per step both verifies the previous step's k drafts and proposes the next k. The forward
+carries a tree: the root (the newest token), the chain of k drafts, and after every chain node i (0..k) a
+group of k registers (`registers.py`). Register j of group i sits at position p+i+j and predicts the token
+j steps beyond the one after chain node i. Registers see the prefix up to their chain node and the earlier
+registers of their group; chain tokens never see registers. So the chain's logits are exactly the model's
+own, and verification against them (greedy match, or speculative sampling with the registers'
+distributions as q) keeps the output equal to plain AR's: greedy token for token, sampling in law. Whatever
+the step accepts (n drafts), group n was conditioned on exactly the accepted prefix, so its registers are the
+next drafts, from the same forward: no draft pass of its own.
+
+The cost is the forward's width: 1 + k + k(k+1) tokens per row. Between steps, group n's tokens leave
+the cache with the rejected drafts (`keep` on the accepted path).
+
+PTP's exact insertion scheme and loss are unpublished. This is the mask-token reading in
+`../shared/specs/speech_docs.md` §5: registers after every position, a group-causal mask, and a loss over
+registers only. The base model stays frozen, so the next-token term is a constant and is dropped. The
+registers and their position-gated adapters are trained by `examples/train_ptp.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from mmspec.common.accept import Draft, GreedyMatch, SpeculativeSampling
+from mmspec.common.decoder import SpeculativeDecoder
+from mmspec.common.draft import Drafter, StepContext
+from mmspec.common.heads import load_head
+from mmspec.common.kernels import sample_inverse_cdf
+from mmspec.common.logits import draw_uniform
+from mmspec.common.plugin import Plugin
+from mmspec.common.registry import field_range, register_plugin
+from mmspec.common.tree import TreeSpec
+from mmspec.docs_parse.structure import PageRegions
+
+from .registers import RegisterSet, inject
+
+BUNDLED_REGISTERS = Path(__file__).resolve().parent / "bundled" / "doc_tiny_registers"
+MAX_K = 64
+
+
+@dataclass(frozen=True)
+class RegisterTree:
+    """The static tree of one step for k drafts: node ids of the chain and of each register group."""
+
+    spec: TreeSpec
+    chain: torch.Tensor  # [k] node of draft d (1..k)
+    groups: torch.Tensor  # [k+1, k] node of register j of the group after chain node i (0 = the root)
+    group_of: torch.Tensor  # [N+1] chain index i a register node belongs to, -1 for the root and the chain
+    register_index: torch.Tensor  # [N+1] j-1 for register nodes, -1 otherwise
+
+
+@lru_cache(maxsize=16)
+def register_tree(k: int) -> RegisterTree:
+    chain_paths = [(0,) * d for d in range(1, k + 1)]
+    group_paths = [[(0,) * i + (1,) + (0,) * (j - 1) for j in range(1, k + 1)] for i in range(k + 1)]
+    spec = TreeSpec.from_paths(chain_paths + [p for g in group_paths for p in g])
+    node = {p: n + 1 for n, p in enumerate(spec.paths)}
+    chain = torch.tensor([node[p] for p in chain_paths])
+    groups = torch.tensor([[node[p] for p in g] for g in group_paths])
+    group_of = torch.full((spec.num_nodes + 1,), -1, dtype=torch.long)
+    register_index = torch.full_like(group_of, -1)
+    for i in range(k + 1):
+        group_of[groups[i]] = i
+        register_index[groups[i]] = torch.arange(k)
+    return RegisterTree(spec, chain, groups, group_of, register_index)
+
+
+class RegisterDrafter(Drafter):
+    """Holds the drafts the last verify pass's registers proposed; the first step has none."""
+
+    def __init__(self, k: int, vocab_size: int):
+        self.k = k
+        self.vocab_size = vocab_size
+        self.tree = None  # a chain drafter as far as the loop is concerned; the register tree is the decoder's
+        self.tokens = self.probs = self.lengths = None
+
+    def begin(self, input_ids, attention_mask):
+        batch = input_ids.shape[0]
+        self.tokens = torch.zeros(batch, self.k, dtype=torch.long, device=input_ids.device)
+        self.probs = None
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=input_ids.device)
+
+    def propose(self, ctx: StepContext) -> Draft:
+        probs = self.probs
+        if probs is None and not ctx.logits.greedy:  # first step: nothing drafted (lengths 0), q is never read
+            probs = torch.full((*self.tokens.shape, self.vocab_size), 1.0 / self.vocab_size, device=self.tokens.device)
+        return Draft(tokens=self.tokens, probs=probs, lengths=self.lengths, forwards=0)
+
+    def commit(self, ctx, acceptance, target_probs=None, output=None):
+        tree = register_tree(self.k)
+        groups = tree.groups.to(output.logits.device)[acceptance.num_accepted]  # [B, k]: the accepted group
+        rows = torch.arange(groups.shape[0], device=groups.device)[:, None]
+        q = ctx.logits.probs(output.logits[rows, groups])  # [B, k, V]
+        batch = q.shape[0]
+        if ctx.logits.greedy:
+            self.tokens, self.probs = q.argmax(-1), None
+        else:
+            self.tokens = sample_inverse_cdf(q, draw_uniform(ctx.generator, batch, self.k, q.device))
+            self.probs = q
+        left = ctx.remaining - (acceptance.num_accepted + 1)  # tokens still to produce after this step
+        self.lengths = (left - 1).clamp(0, self.k)  # the next step yields up to lengths + 1 tokens
+
+    def select_rows(self, rows):
+        self.tokens, self.lengths = self.tokens[rows], self.lengths[rows]
+        self.probs = None if self.probs is None else self.probs[rows]
+
+
+class PTPDecoder(SpeculativeDecoder):
+    """The core's draft/verify loop with registers riding along the verify pass (see the module docstring)."""
+
+    def __init__(self, target, registers: RegisterSet, logits, k: int, eos_token_id=None, pad_token_id=-1,
+                 position_budget: int | None = None):
+        registers.register_ids(k)  # k within what was trained
+        rule = GreedyMatch() if logits.greedy else SpeculativeSampling()
+        super().__init__(target, RegisterDrafter(k, target.vocab_size), rule, logits, num_draft_tokens=k,
+                         eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+        self.registers = registers.to(target.device)
+        self.k = k
+        self.position_budget = position_budget
+        embedding = target.input_embedding_module()
+        registers.check_model(embedding, target.vocab_size, target.model, "plugin 'ptp'")
+        self._embedding = embedding
+
+    def generate(self, input_ids, attention_mask=None, *, max_new_tokens, generator=None, prefill_input=None,
+                 callback=None):
+        if self.position_budget is not None and isinstance(max_new_tokens, int):
+            # The registers of the last step reach 2k positions past the newest token.
+            need = input_ids.shape[1] + max_new_tokens + 2 * self.k
+            if need > self.position_budget:
+                raise ValueError(f"num_draft_tokens k={self.k} is above this model's position budget: prompt "
+                                 f"({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) + 2k must be at most "
+                                 f"{self.position_budget}; lower k to at most "
+                                 f"{max(0, (self.position_budget - input_ids.shape[1] - max_new_tokens) // 2)}")
+        return super().generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
+                                prefill_input=prefill_input, callback=callback)
+
+    def _verify(self, state, ctx, draft, stats):
+        tree, k, device = register_tree(self.k), self.k, ctx.last_tokens.device
+        batch = ctx.last_tokens.shape[0]
+        spec = tree.spec
+        nodes = spec.num_nodes + 1
+        tokens = torch.empty(batch, nodes, dtype=torch.long, device=device)
+        tokens[:, 0] = ctx.last_tokens
+        tokens[:, tree.chain.to(device)] = draft.tokens
+        register_nodes = tree.groups.flatten().to(device)
+        tokens[:, register_nodes] = self.registers.register_ids(k, device).repeat(k + 1)
+        # Drafts past a row's length are padding, and so are the register groups hanging after them.
+        lengths = draft.lengths.to(device)[:, None]
+        group_of, depth = tree.group_of.to(device), spec.depth.to(device)
+        chain_index = torch.where(group_of < 0, depth, group_of)  # the chain node a node hangs after (or is)
+        needed = chain_index[None] <= lengths
+        with stats.timer("verify", device):
+            positions = ctx.positions[:, None] + depth[None]
+            with inject(self.registers, self.target.model, self._embedding, self.target.vocab_size):
+                out = self.target.forward(state, tokens, positions, token_mask=None if bool(needed.all()) else needed,
+                                          tree=spec, tree_nodes=torch.arange(nodes))
+            stats.target_nfe += 1
+        chain = torch.cat([torch.zeros(1, dtype=torch.long), tree.chain]).to(device)
+        return self.logits.probs(out.logits[:, chain]), out
+
+    def _keep(self, state, draft, acc):
+        chain = register_tree(self.k).chain.to(acc.num_accepted.device)
+        steps = torch.arange(self.k, device=chain.device)[None]
+        path = torch.where(steps < acc.num_accepted[:, None], chain[None], -1)
+        root = torch.zeros(path.shape[0], 1, dtype=torch.long, device=chain.device)
+        self.target.keep(state, torch.cat([root, path], 1))
+
+
+@dataclass
+class PTPConfig:
+    num_draft_tokens: int = field_range(1, MAX_K, default=4, doc="drafts per step k (at most the registers trained)")
+    registers_path: str = ""  # a folder saved by RegisterSet.save_pretrained ("" = the bundled doc-tiny registers)
+
+
+@register_plugin("ptp")
+class PTPPlugin(Plugin):
+    modality = "docs"
+    lossless = True
+    paper = "PTP, parallel-token prediction with register tokens (arXiv:2603.15206); scheme in plugins/ptp"
+    Config = PTPConfig
+    requires = PageRegions
+    default_model = "doc-tiny"
+    _rows = dict(batch_size=4, num_samples=48)
+    bench_default_variants = tuple({**_rows, "settings": {"mode": "page", "num_draft_tokens": k}} for k in (2, 4, 8, 16))
+    bench_variants = ({**_rows, "settings": {"mode": "layout+regions", "num_draft_tokens": 4}},
+                      {**_rows, "settings": {"mode": "regions", "block_type": "table", "num_draft_tokens": 8}},
+                      {**_rows, "settings": {"mode": "page", "num_draft_tokens": 4, "temperature": 1.0}},
+                      {"batch_size": 1, "num_samples": 16, "settings": {"mode": "page", "num_draft_tokens": 4}})
+
+    def __init__(self, **config):
+        super().__init__(**config)
+        self._registers: RegisterSet | None = None
+
+    def registers(self) -> RegisterSet:
+        if self._registers is None:
+            self._registers = load_head(RegisterSet, self.config.registers_path or BUNDLED_REGISTERS,
+                                        "PTPConfig.registers_path")
+            self._registers.requires_grad_(False)
+        return self._registers
+
+    def check_pipeline(self, pipeline) -> None:
+        """Also: the registers must be trained for this pipeline's model, and k within what they learned."""
+        super().check_pipeline(pipeline)
+        registers = self.registers()
+        registers.register_ids(self.config.num_draft_tokens)
+        where = f"plugin 'ptp' ({self.config.registers_path or 'the bundled doc-tiny registers'})"
+        model = pipeline.model
+        registers.check_model(model.get_input_embeddings(), model.get_output_embeddings().weight.shape[0], model,
+                              where)
+
+    def save_pretrained(self, directory):
+        self.registers().save_pretrained(directory / "ptp_registers")
+        return {"registers_path": "ptp_registers"}
+
+    def build_decoder(self, pipeline, request):
+        return PTPDecoder(request.target, self.registers(), request.logits, self.config.num_draft_tokens,
+                          eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id,
+                          position_budget=getattr(pipeline, "max_positions", None))

@@ -1,0 +1,191 @@
+"""`ptp`: registers ride along the verify pass without changing the model's own path, greedy output equals
+plain AR token for token (pages and regions, batched, ragged acceptance), sampling follows the target's law
+(and a planted bias is caught), bad configurations are refused, and training resumes to the same registers."""
+
+import warnings
+
+import pytest
+import torch
+from law import AcceptAll, exact_prompt_law, prompt_law_pvalue, sharpened_tiny_lm
+from register_helpers import random_registers
+
+from mmspec import load_plugin
+from mmspec.common.logits import LogitsPipeline
+from mmspec.common.model import HFCausalLM
+from mmspec.docs_parse.pages import load_held_out_set
+from mmspec.plugins.ptp import PTPDecoder, register_tree
+from mmspec.plugins.ptp.registers import RegisterSet, inject
+from mmspec.plugins.ptp.training import register_batch
+
+
+@pytest.fixture(scope="module")
+def doc_pipe():
+    return load_plugin("ar", model="doc-tiny")
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    return load_held_out_set()[:3]
+
+
+def test_the_register_tree_hangs_a_group_after_every_chain_node():
+    tree = register_tree(3)
+    spec = tree.spec
+    assert spec.num_nodes == 3 + 4 * 3
+    assert spec.depth[tree.chain].tolist() == [1, 2, 3]
+    for i in range(4):
+        assert spec.depth[tree.groups[i]].tolist() == [i + 1, i + 2, i + 3]  # register j of group i: p+i+j
+        first = int(tree.groups[i, 0])
+        parent_chain = 0 if i == 0 else int(tree.chain[i - 1])
+        assert int(spec.parent[first]) == parent_chain
+    chain_and_root = torch.cat([torch.zeros(1, dtype=torch.long), tree.chain])
+    # no chain node has a register among its ancestors
+    assert not spec.ancestor_mask[chain_and_root][:, tree.groups.flatten()].any()
+
+
+def test_registers_are_invisible_to_ordinary_tokens():
+    """The chain's logits do not depend on the registers at all (bitwise), and match a forward without them."""
+    model = sharpened_tiny_lm(vocab=6, seed=3)
+    target = HFCausalLM(model)
+    logits = LogitsPipeline(temperature=0.0)
+    prompt = torch.tensor([[1, 2, 3, 4], [0, 5, 1, 2]])
+    outs = []
+    for seed in (0, 1):
+        registers = random_registers(model, 3, "model.layers", seed=seed)
+        decoder = PTPDecoder(target, registers, logits, 3)
+        state, _ = target.prefill(prompt[:, :-1])
+        drafts = torch.tensor([[1, 2, 3], [4, 4, 0]])
+        from mmspec.common.accept import Draft
+        from mmspec.common.draft import StepContext
+        from mmspec.common.stats import DecodeStats
+
+        ctx = StepContext(prompt[:, -1], torch.tensor([3, 3]), 3, logits, None, torch.tensor([10, 10]))
+        probs, out = decoder._verify(state, ctx, Draft(drafts, lengths=torch.tensor([3, 3])), DecodeStats())
+        chain = torch.cat([torch.zeros(1, dtype=torch.long), register_tree(3).chain])
+        outs.append(out.logits[:, chain])
+        registers_out = out.logits[:, register_tree(3).groups.flatten()]
+    assert torch.equal(outs[0], outs[1])
+    plain = model(torch.cat([prompt, torch.tensor([[1, 2, 3], [4, 4, 0]])], 1)).logits[:, 3:].float()
+    torch.testing.assert_close(outs[0], plain, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(registers_out[0, :3], outs[0][0, :3])  # registers do compute something else
+
+
+def test_training_rows_are_masked_as_at_inference():
+    tokens, positions, mask, labels, index = register_batch(
+        [[5, 6, 7, 8, 9, 10]], [2], k=2, anchors=8, vocab_size=100, pad_id=0, generator=torch.Generator())
+    # anchors t = 1..3 (t = P-1 .. T-3); group after t: registers at t+1, t+2 predicting tokens t+2, t+3
+    assert tokens[0, 6:].tolist() == [100, 101] * 3
+    assert positions[0, 6:].tolist() == [2, 3, 3, 4, 4, 5]
+    assert labels[0, 6:].tolist() == [8, 9, 9, 10, 10, -100]  # past the end: no label
+    assert index[0].tolist() == [-1] * 6 + [0, 1] * 3
+    assert mask[0, 8].nonzero().flatten().tolist() == [0, 1, 2, 8]  # group t=2, register 1: prefix <= 2, itself
+    assert mask[0, 9].nonzero().flatten().tolist() == [0, 1, 2, 8, 9]
+    assert not mask[0, :6, 6:].any()  # ordinary tokens never see registers
+    assert torch.equal(mask[0, :6, :6], torch.ones(6, 6, dtype=torch.bool).tril())
+
+
+@pytest.mark.parametrize("mode", ["page", "regions"])
+def test_greedy_ptp_equals_ar_on_pages_and_regions_with_ragged_acceptance(doc_pipe, held_out, mode):
+    pages = [row["image"] for row in held_out]
+    kwargs = dict(mode=mode, max_new_tokens=80, batch_size=3)
+    if mode == "regions":
+        kwargs["regions"] = [[tuple(b["box"]) for b in row["blocks"][:3]] for row in held_out]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pages cut at max_new_tokens
+        ar = doc_pipe(pages, **kwargs)
+        accepted_per_step = []
+
+        for k in (2, 6):
+            ptp = load_plugin("ptp", pipeline=doc_pipe, num_draft_tokens=k)
+            original = ptp.plugin.build_decoder
+
+            def recording(pipeline, request, original=original):
+                decoder = original(pipeline, request)
+                run = decoder.generate
+
+                def generate(*args, callback=None, **kw):
+                    return run(*args, callback=lambda s, info: accepted_per_step.append(info["num_accepted"]), **kw)
+                decoder.generate = generate
+                return decoder
+            ptp.plugin.build_decoder = recording
+            out = ptp(pages, **kwargs)
+            assert out.sequences == ar.sequences and out.markdown == ar.markdown, f"k={k}"
+            assert out.stats.target_nfe < ar.stats.target_nfe  # the trained registers are accepted
+    ragged = [a for a in accepted_per_step if a.numel() > 1 and len(set(a.tolist())) > 1]
+    assert ragged, "rows of a batch should accept different numbers of drafts"
+
+
+VOCAB, NEW_TOKENS, SAMPLES = 4, 4, 30_000
+PROMPT = [1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def law_setup():
+    model = sharpened_tiny_lm(vocab=VOCAB, seed=21)
+    logits = LogitsPipeline(temperature=1.0)
+    # Strong register embeddings: their q is far from the target's p, so acceptance and rejection both happen.
+    registers = random_registers(model, 2, "model.layers", seed=4, scale=3.0)
+    return model, logits, registers, exact_prompt_law(model, logits, PROMPT, NEW_TOKENS)
+
+
+def test_ptp_sampling_follows_the_target_law(law_setup, torch_kernels):
+    model, logits, registers, law = law_setup
+    decoder = PTPDecoder(HFCausalLM(model), registers, logits, 2)
+    pvalue, stats = prompt_law_pvalue(decoder, law, PROMPT, VOCAB, NEW_TOKENS, SAMPLES)
+    assert 1.1 < stats.mean_accepted < 2.9  # both accepted and rejected drafts happened (1 = none, 3 = all)
+    assert pvalue > 1e-3
+
+
+def test_a_planted_bias_fails_the_law_test(law_setup, torch_kernels):
+    model, logits, registers, law = law_setup
+    decoder = PTPDecoder(HFCausalLM(model), registers, logits, 2)
+    decoder.accept_rule = AcceptAll()  # keep every register draft: the output follows q, not p
+    pvalue, _ = prompt_law_pvalue(decoder, law, PROMPT, VOCAB, NEW_TOKENS, SAMPLES)
+    assert pvalue < 1e-6
+
+
+def test_bad_configurations_are_refused_with_the_argument_named(doc_pipe, tmp_path):
+    with pytest.raises(ValueError, match="num_draft_tokens"):
+        load_plugin("ptp", pipeline=doc_pipe, num_draft_tokens=0)
+    with pytest.raises(ValueError, match="k must be between 1 and 16"):
+        load_plugin("ptp", pipeline=doc_pipe, num_draft_tokens=17)
+    other = sharpened_tiny_lm(vocab=8)
+    random_registers(other, 4).save_pretrained(tmp_path / "narrow")
+    with pytest.raises(ValueError, match="another model"):
+        load_plugin("ptp", pipeline=doc_pipe, registers_path=str(tmp_path / "narrow"))
+    model = doc_pipe.model
+    wrong_vocab = RegisterSet(num_registers=4, hidden_size=model.get_input_embeddings().weight.shape[1], vocab_size=7)
+    wrong_vocab.save_pretrained(tmp_path / "vocab")
+    with pytest.raises(ValueError, match="7-token vocabulary"):
+        load_plugin("ptp", pipeline=doc_pipe, registers_path=str(tmp_path / "vocab"))
+    with pytest.raises(ValueError, match="registers_path"):
+        load_plugin("ptp", pipeline=doc_pipe, registers_path=str(tmp_path / "missing"))
+    ptp = load_plugin("ptp", pipeline=doc_pipe, num_draft_tokens=16)
+    page = load_held_out_set()[0]["image"]
+    with pytest.raises(ValueError, match="position budget"):
+        ptp(page, max_new_tokens=doc_pipe.max_positions - 80)
+    text = load_plugin("ar", model="text-tiny")
+    with pytest.raises(ValueError, match="ptp"):
+        load_plugin("ptp", pipeline=text)
+
+
+def test_saved_pipeline_keeps_the_registers(doc_pipe, tmp_path):
+    from mmspec.docs_parse.pipeline import DocParsePipeline
+
+    ptp = load_plugin("ptp", pipeline=doc_pipe, num_draft_tokens=3)
+    ptp.save_pretrained(tmp_path / "bundle")
+    again = DocParsePipeline.from_pretrained(tmp_path / "bundle")
+    assert again.plugin.name == "ptp" and again.plugin.config.num_draft_tokens == 3
+    assert torch.equal(again.plugin.registers().embeddings, ptp.plugin.registers().embeddings)
+
+
+def test_register_hooks_leave_the_model_untouched_afterwards():
+    model = sharpened_tiny_lm(vocab=6, seed=3)
+    registers = random_registers(model, 2, "model.layers")
+    ids = torch.tensor([[1, 2, 3]])
+    before = model(ids).logits
+    with inject(registers, model, model.get_input_embeddings(), 6):
+        with_hooks = model(ids).logits  # no register ids: nothing changes
+        with_register = model(torch.tensor([[1, 2, 6]])).logits
+    assert torch.equal(before, with_hooks) and torch.equal(model(ids).logits, before)
+    assert not torch.equal(with_register[0, -1], before[0, -1])

@@ -214,6 +214,23 @@ class HFCausalLM(ARModel):
         map_dynamic_cache(state.cache, fn)
 
 
+class EncoderDecoderRows:
+    """Mixin for encoder-decoder adapters whose state holds an `EncoderDecoderCache` and the encoder's output
+    in `state.extra` ("encoder_states", optionally "encoder_mask"): the decoder's self-attention K/V follow
+    the slot table; the cross-attention K/V and the encoder output follow rows only."""
+
+    def _map_kv(self, state, fn):
+        map_dynamic_cache(state.cache.self_attention_cache, fn)  # cross-attention K/V follow rows, not lengths
+
+    def select_rows(self, state, rows):
+        super().select_rows(state, rows)
+        rows = rows.to(self.device)
+        map_dynamic_cache(state.cache.cross_attention_cache, lambda t: t.index_select(0, rows))
+        for key in ("encoder_states", "encoder_mask"):
+            if state.extra.get(key) is not None:
+                state.extra[key] = state.extra[key].index_select(0, rows)
+
+
 def cfg_combine(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
     """Classifier-free guidance u + s·(c − u) of conditional and unconditional logits (same shape).
 

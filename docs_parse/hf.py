@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-from mmspec.common.model import (ARModel, DecodeState, HFCausalLM, ModelOutput, hf_cache_kwarg,
+from mmspec.common.model import (ARModel, DecodeState, EncoderDecoderRows, HFCausalLM, ModelOutput, hf_cache_kwarg,
                                  map_dynamic_cache)
 from mmspec.common.slots import SlotTable
 
@@ -175,7 +175,7 @@ def encode_florence2(model, pixel_values: torch.Tensor, input_ids: torch.Tensor,
     return states, attention_mask.bool()
 
 
-class Florence2AR(ARModel):
+class Florence2AR(EncoderDecoderRows, ARModel):
     """`ARModel` over Florence-2's BART decoder, cross-attending to precomputed encoder states.
 
     The layers are driven here rather than through `BartDecoder.forward`, because that forward derives
@@ -257,13 +257,3 @@ class Florence2AR(ARModel):
                            **{self._cache_kwarg: state.cache})
         return ModelOutput(logits=self.lm_head(hidden).float(), hidden=hidden if output_hidden else None)
 
-    def _map_kv(self, state, fn):
-        map_dynamic_cache(state.cache.self_attention_cache, fn)  # cross-attention K/V follow rows, not lengths
-
-    def select_rows(self, state, rows):
-        super().select_rows(state, rows)
-        rows = rows.to(self.device)
-        map_dynamic_cache(state.cache.cross_attention_cache, lambda t: t.index_select(0, rows))
-        state.extra["encoder_states"] = state.extra["encoder_states"].index_select(0, rows)
-        if state.extra["encoder_mask"] is not None:
-            state.extra["encoder_mask"] = state.extra["encoder_mask"].index_select(0, rows)

@@ -18,12 +18,12 @@ import time
 
 import torch
 
-from ..common.model import ARModel, DecodeState, ModelOutput, hf_cache_kwarg, map_dynamic_cache
+from ..common.model import ARModel, DecodeState, EncoderDecoderRows, ModelOutput, hf_cache_kwarg
 from ..common.slots import SlotTable
 from .recognizer import EncodedSpeech, SpeechRecognizer
 
 
-class WhisperDecoderAdapter(ARModel):
+class WhisperDecoderAdapter(EncoderDecoderRows, ARModel):
     """Whisper's decoder over precomputed encoder states; the self-attention cache is the core's."""
 
     def __init__(self, model, encoder_states: torch.Tensor, compact_slack: int = 64):
@@ -64,14 +64,6 @@ class WhisperDecoderAdapter(ARModel):
         hidden = out.last_hidden_state
         return ModelOutput(logits=self.model.proj_out(hidden).float(), hidden=hidden if output_hidden else None)
 
-    def _map_kv(self, state, fn):
-        map_dynamic_cache(state.cache.self_attention_cache, fn)  # cross-attention K/V follow rows, not lengths
-
-    def select_rows(self, state, rows):
-        super().select_rows(state, rows)
-        rows = rows.to(self.device)
-        map_dynamic_cache(state.cache.cross_attention_cache, lambda t: t.index_select(0, rows))
-        state.extra["encoder_states"] = state.extra["encoder_states"].index_select(0, rows)
 
 
 class HFSpeechRecognizer(SpeechRecognizer):

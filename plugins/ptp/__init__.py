@@ -21,6 +21,7 @@ registers and their position-gated adapters are trained by `examples/train_ptp.p
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -36,15 +37,18 @@ from mmspec.common.logits import draw_uniform
 from mmspec.common.plugin import Plugin
 from mmspec.common.registry import field_range, register_plugin
 from mmspec.common.tree import TreeSpec
+from mmspec.docs_parse.pipeline import load_page
 from mmspec.docs_parse.structure import PageRegions
 
+from .kernels import node_table, verify_inputs
 from .registers import RegisterSet, inject
 
+_BENCH_ROWS = {"batch_size": 4, "num_samples": 48}  # the 48 held-out pages, 4 at a time
 BUNDLED_REGISTERS = Path(__file__).resolve().parent / "bundled" / "doc_tiny_registers"
 MAX_K = 64
 
 
-@dataclass(frozen=True)
+@dataclass
 class RegisterTree:
     """The static tree of one step for k drafts: node ids of the chain and of each register group."""
 
@@ -53,6 +57,7 @@ class RegisterTree:
     groups: torch.Tensor  # [k+1, k] node of register j of the group after chain node i (0 = the root)
     group_of: torch.Tensor  # [N+1] chain index i a register node belongs to, -1 for the root and the chain
     register_index: torch.Tensor  # [N+1] j-1 for register nodes, -1 otherwise
+    table: torch.Tensor | None = None  # [4, N+1] the verify-input kernel's node table (kernels.node_table)
 
 
 @lru_cache(maxsize=16)
@@ -68,7 +73,9 @@ def register_tree(k: int) -> RegisterTree:
     for i in range(k + 1):
         group_of[groups[i]] = i
         register_index[groups[i]] = torch.arange(k)
-    return RegisterTree(spec, chain, groups, group_of, register_index)
+    tree = RegisterTree(spec, chain, groups, group_of, register_index)
+    tree.table = node_table(tree)
+    return tree
 
 
 class RegisterDrafter(Drafter):
@@ -141,22 +148,15 @@ class PTPDecoder(SpeculativeDecoder):
                                 prefill_input=prefill_input, callback=callback)
 
     def _verify(self, state, ctx, draft, stats):
-        tree, k, device = register_tree(self.k), self.k, ctx.last_tokens.device
-        batch = ctx.last_tokens.shape[0]
+        tree, device = register_tree(self.k), ctx.last_tokens.device
         spec = tree.spec
         nodes = spec.num_nodes + 1
-        tokens = torch.empty(batch, nodes, dtype=torch.long, device=device)
-        tokens[:, 0] = ctx.last_tokens
-        tokens[:, tree.chain.to(device)] = draft.tokens
-        register_nodes = tree.groups.flatten().to(device)
-        tokens[:, register_nodes] = self.registers.register_ids(k, device).repeat(k + 1)
-        # Drafts past a row's length are padding, and so are the register groups hanging after them.
-        lengths = draft.lengths.to(device)[:, None]
-        group_of, depth = tree.group_of.to(device), spec.depth.to(device)
-        chain_index = torch.where(group_of < 0, depth, group_of)  # the chain node a node hangs after (or is)
-        needed = chain_index[None] <= lengths
+        if tree.table.device != device:
+            tree.table = tree.table.to(device)
         with stats.timer("verify", device):
-            positions = ctx.positions[:, None] + depth[None]
+            # Drafts past a row's length are padding, and so are the register groups hanging after them.
+            tokens, positions, needed = verify_inputs(tree.table, ctx.last_tokens, draft.tokens, draft.lengths,
+                                                      ctx.positions, self.target.vocab_size)
             with inject(self.registers, self.target.model, self._embedding, self.target.vocab_size):
                 out = self.target.forward(state, tokens, positions, token_mask=None if bool(needed.all()) else needed,
                                           tree=spec, tree_nodes=torch.arange(nodes))
@@ -186,11 +186,10 @@ class PTPPlugin(Plugin):
     Config = PTPConfig
     requires = PageRegions
     default_model = "doc-tiny"
-    _rows = dict(batch_size=4, num_samples=48)
-    bench_default_variants = tuple({**_rows, "settings": {"mode": "page", "num_draft_tokens": k}} for k in (2, 4, 8, 16))
-    bench_variants = ({**_rows, "settings": {"mode": "layout+regions", "num_draft_tokens": 4}},
-                      {**_rows, "settings": {"mode": "regions", "block_type": "table", "num_draft_tokens": 8}},
-                      {**_rows, "settings": {"mode": "page", "num_draft_tokens": 4, "temperature": 1.0}},
+    bench_default_variants = tuple({**_BENCH_ROWS, "settings": {"mode": "page", "num_draft_tokens": k}} for k in (2, 4, 8, 16))
+    bench_variants = ({**_BENCH_ROWS, "settings": {"mode": "layout+regions", "num_draft_tokens": 4}},
+                      {**_BENCH_ROWS, "settings": {"mode": "regions", "block_type": "table", "num_draft_tokens": 8}},
+                      {**_BENCH_ROWS, "settings": {"mode": "page", "num_draft_tokens": 4, "temperature": 1.0}},
                       {"batch_size": 1, "num_samples": 16, "settings": {"mode": "page", "num_draft_tokens": 4}})
 
     def __init__(self, **config):
@@ -217,6 +216,35 @@ class PTPPlugin(Plugin):
     def save_pretrained(self, directory):
         self.registers().save_pretrained(directory / "ptp_registers")
         return {"registers_path": "ptp_registers"}
+
+    @torch.no_grad()
+    def bench_peer(self, pipeline, inputs, settings):
+        """transformers' prompt-lookup decoding (`prompt_lookup_num_tokens=k`: drafts copied from earlier
+        n-grams, the nearest training-free peer of token parallelism) on the same model, page mode, greedy,
+        one page at a time (its generate takes no per-row ragged drafts)."""
+        if settings.get("mode", "page") != "page" or settings.get("temperature", 0.0) != 0 \
+                or not hasattr(pipeline.prompts, "type_ids"):
+            return None
+        model, eos = pipeline.model, pipeline.prompts.eos_token_id
+        calls = {"n": 0}
+        hook = model.register_forward_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
+        prompt = torch.tensor([pipeline.prompts.prompt("page")], device=pipeline.device)
+        sequences, start = [], time.perf_counter()
+        try:
+            for row in inputs:
+                pixels = pipeline.processor([load_page(row["image"])]).to(pipeline.device)
+                out = model.generate(input_ids=prompt, pixel_values=pixels, do_sample=False,
+                                     max_new_tokens=settings["max_new_tokens"],
+                                     prompt_lookup_num_tokens=self.config.num_draft_tokens,
+                                     eos_token_id=eos, pad_token_id=eos)
+                new = out[0, prompt.shape[1]:].tolist()
+                sequences.append(new[: new.index(eos) + 1] if eos in new else new)
+        finally:
+            hook.remove()
+        elapsed = time.perf_counter() - start
+        return {"name": "transformers prompt-lookup decoding", "batch_size": 1,
+                "nfe_per_sample": calls["n"] / len(inputs), "latency_s_per_sample": elapsed / len(inputs),
+                "sequences": sequences}
 
     def build_decoder(self, pipeline, request):
         return PTPDecoder(request.target, self.registers(), request.logits, self.config.num_draft_tokens,

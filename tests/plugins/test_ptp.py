@@ -189,3 +189,30 @@ def test_register_hooks_leave_the_model_untouched_afterwards():
         with_register = model(torch.tensor([[1, 2, 6]])).logits
     assert torch.equal(before, with_hooks) and torch.equal(model(ids).logits, before)
     assert not torch.equal(with_register[0, -1], before[0, -1])
+
+
+@pytest.mark.parametrize("k", [1, 3, 16])
+def test_the_verify_input_kernel_equals_its_torch_reference(k, monkeypatch):
+    from mmspec.plugins.ptp.kernels import verify_inputs, verify_inputs_reference
+
+    tree = register_tree(k)
+    g = torch.Generator().manual_seed(k)
+    batch = 5
+    last = torch.randint(0, 50, (batch,), generator=g)
+    drafts = torch.randint(0, 50, (batch, k), generator=g)
+    lengths = torch.randint(0, k + 1, (batch,), generator=g)
+    positions = torch.randint(0, 300, (batch,), generator=g)
+    want = verify_inputs_reference(tree.table, last, drafts, lengths, positions, 50)
+    monkeypatch.setenv("MMSPEC_KERNELS", "triton")
+    got = verify_inputs(tree.table, last, drafts, lengths, positions, 50)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    tokens, pos, needed = want
+    assert torch.equal(tokens[:, 0], last) and torch.equal(tokens[:, tree.chain], drafts)
+    assert torch.equal(tokens[:, tree.groups[2 % (k + 1)]], torch.arange(50, 50 + k).expand(batch, -1))
+    assert torch.equal(pos, positions[:, None] + tree.spec.depth[None])
+    # a row with draft length n keeps its first n drafts and the register groups after chain nodes 0..n
+    for b in range(batch):
+        n = int(lengths[b])
+        assert needed[b, tree.chain].tolist() == [d < n for d in range(k)]
+        assert needed[b, tree.groups].all(1).tolist() == [i <= n for i in range(k + 1)]

@@ -25,9 +25,10 @@ from .registry import (bundled_model_info, bundled_models, get_pipeline_class, g
                        list_plugins, parse_value)
 
 
-def split_settings(pipeline, plugin_cls, settings: dict) -> tuple[dict, dict]:
-    """Split `--set` values into pipeline call settings and plugin config."""
-    call = dict(pipeline.call_defaults)
+def split_settings(pipeline, plugin_cls, settings: dict, bench: bool = False) -> tuple[dict, dict]:
+    """Split `--set` values into pipeline call settings and plugin config (with `bench`, also the pipeline's
+    bench-only settings, which its `bench_generate` consumes)."""
+    call = {**pipeline.call_defaults, **(pipeline.bench_settings if bench else {})}
     config_fields = {f.name for f in fields(plugin_cls.Config)}
     config = {}
     for key, value in settings.items():
@@ -81,7 +82,7 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
     plugin_cls = get_plugin_class(plugin)
     baseline_cls = get_plugin_class("ar")
     pipeline = plugin_cls.default_pipeline(model=model, device=device)
-    call, config = split_settings(pipeline, plugin_cls, settings or {})
+    call, config = split_settings(pipeline, plugin_cls, settings or {}, bench=True)
     accelerated = plugin_cls(**config)
     num_samples = num_samples or pipeline.bench_num_samples
     inputs = pipeline.bench_inputs(num_samples, seed)

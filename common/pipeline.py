@@ -35,6 +35,7 @@ class Pipeline:
     modality: str = ""  # a label such as "text"; open, not a fixed list
     pipeline_name: str = ""  # the name it is registered under (`register_pipeline`)
     call_defaults: dict = {}  # `__call__` settings `--set` may change in bench / generate, with defaults
+    bench_settings: dict = {}  # settings only `mmspec bench` takes (its `bench_generate` consumes them)
     bench_num_samples: int = 16
     plugin = None  # the attached plugin (None: plain AR)
     draft_model = None  # a separate draft model, for plugins that declare `needs_draft_model`

@@ -258,13 +258,17 @@ class PageVLMAR(HFCausalLM):
 
         state = DecodeState(cache=DynamicCache(config=self.config.text_config),
                             slots=SlotTable.empty(batch_size, self.device))
-        state.extra = {"rows": torch.arange(batch_size, device=self.device)}  # this state's rows -> row_pages
+        state.extra = {"rows": torch.arange(batch_size, device=self.device),  # this state's rows -> row_pages
+                       "placed": torch.zeros(batch_size, dtype=torch.bool, device=self.device)}
         return state
 
     def _run(self, state, tokens, positions, mask4d, output_hidden):
         tokens = tokens.to(self.device)
         embeds = self.language_model.get_input_embeddings()(tokens)
-        is_image = tokens == self.image_token_id
+        # A row's image is spliced once, from its prompt; an <image> id the model generates (or a draft of it)
+        # afterwards is embedded as a plain token, as GOT-OCR2's own generate does.
+        placed = state.extra["placed"]
+        is_image = (tokens == self.image_token_id) & ~placed[:, None]
         if bool(is_image.any()):
             counts = is_image.sum(1)
             n = self.image_features.shape[1]
@@ -274,6 +278,7 @@ class PageVLMAR(HFCausalLM):
             pages = self.row_pages[state.extra["rows"]]
             feats = self.image_features[pages[counts > 0]].reshape(-1, embeds.shape[-1])
             embeds = embeds.masked_scatter(is_image[..., None], feats.to(embeds.dtype))
+            state.extra["placed"] = placed | (counts > 0)
         out = self.language_model(inputs_embeds=embeds, position_ids=positions.to(self.device),
                                   attention_mask=mask4d.to(self.device), use_cache=True,
                                   **{self._cache_kwarg: state.cache})
@@ -323,6 +328,7 @@ class PageVLMAR(HFCausalLM):
 
     def select_rows(self, state, rows):
         state.extra["rows"] = state.extra["rows"][rows.to(self.device)]
+        state.extra["placed"] = state.extra["placed"][rows.to(self.device)]
         super().select_rows(state, rows)
 
     def _map_kv(self, state, fn):

@@ -241,6 +241,7 @@ class DocParsePipeline(Pipeline):
     pipeline_name = "docs"
     bench_num_samples = 48
     call_defaults = {"mode": "page", "max_new_tokens": 640, "temperature": 0.0, "top_k": None, "top_p": None}
+    bench_settings = {"block_type": None}  # mode=regions: read only the held-out pages' true blocks of this type
 
     def __init__(self, model, tokenizer, processor=None, plugin=None, prompts=None):
         self.model = model.eval()

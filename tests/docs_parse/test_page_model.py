@@ -114,6 +114,25 @@ def test_region_prompts_of_one_page_fork_its_prefix_cache_and_equal_whole_prefil
         assert got == (ref[: ref.index(eos) + 1] if eos in ref else ref)
 
 
+def test_an_image_token_the_model_generates_is_a_plain_token(tokenizer):
+    """Sampling (or a draft) can produce the <image> id after the prompt: it is embedded like any token, not
+    taken for a misplaced image (which was an error under ptp's sampled drafts)."""
+    model = tiny_model(tokenizer)
+    prompts = PagePrompts(tokenizer, model.config.image_seq_length)
+    pixels = PageImageProcessor()([render_page(0, "test").image])
+    prompt = torch.tensor([prompts.prompt("page")])
+    image = torch.tensor([[prompts.image_token_id]])
+    position = torch.tensor([[prompt.shape[1]]])
+    with torch.no_grad():
+        target = PageVLMAR(model, encode_pages(model, pixels), torch.tensor([0]), prompts.image_token_id)
+        first, _ = target.prefill(prompt)
+        second, _ = target.prefill(prompt)
+        generated = target.forward(first, image, position).logits
+        target.image_token_id = -1  # never a placeholder: the plain embedding of that id
+        plain = target.forward(second, image, position).logits
+    assert torch.equal(generated, plain)
+
+
 def test_the_adapter_refuses_a_prompt_without_the_model_s_image_tokens(tokenizer):
     model = tiny_model(tokenizer)
     prompts = PagePrompts(tokenizer, 3)  # the model reads 64 image tokens, the prompt has 3

@@ -25,6 +25,27 @@ from .registry import (bundled_model_info, bundled_models, get_pipeline_class, g
                        list_plugins, parse_value)
 
 
+def run_peer(model, name: str, inputs: list, generate_one) -> dict:
+    """A peer implementation's bench entry, run one input at a time: `generate_one(index, input)` returns that
+    input's generated ids; `model`'s forward calls and the wall-clock are counted."""
+    calls = {"n": 0}
+    hook = model.register_forward_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
+    sequences, start = [], time.perf_counter()
+    try:
+        for i, item in enumerate(inputs):
+            sequences.append(generate_one(i, item))
+    finally:
+        hook.remove()
+    elapsed = time.perf_counter() - start
+    return {"name": name, "batch_size": 1, "nfe_per_sample": calls["n"] / len(inputs),
+            "latency_s_per_sample": elapsed / len(inputs), "sequences": sequences}
+
+
+def cut_after(ids: list[int], eos: int | None) -> list[int]:
+    """Generated ids up to and including the first EOS (`generate` pads finished rows with it)."""
+    return ids[: ids.index(eos) + 1] if eos is not None and eos in ids else ids
+
+
 def split_settings(pipeline, plugin_cls, settings: dict, bench: bool = False) -> tuple[dict, dict]:
     """Split `--set` values into pipeline call settings and plugin config (with `bench`, also the pipeline's
     bench-only settings, which its `bench_generate` consumes)."""

@@ -21,7 +21,6 @@ registers and their position-gated adapters are trained by `examples/train_ptp.p
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import torch
 
 from mmspec.common.accept import Draft, GreedyMatch, SpeculativeSampling
+from mmspec.common.bench import cut_after, run_peer
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.draft import Drafter, StepContext
 from mmspec.common.heads import load_head
@@ -226,25 +226,17 @@ class PTPPlugin(Plugin):
                 or not hasattr(pipeline.prompts, "type_ids"):
             return None
         model, eos = pipeline.model, pipeline.prompts.eos_token_id
-        calls = {"n": 0}
-        hook = model.register_forward_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
         prompt = torch.tensor([pipeline.prompts.prompt("page")], device=pipeline.device)
-        sequences, start = [], time.perf_counter()
-        try:
-            for row in inputs:
-                pixels = pipeline.processor([load_page(row["image"])]).to(pipeline.device)
-                out = model.generate(input_ids=prompt, pixel_values=pixels, do_sample=False,
-                                     max_new_tokens=settings["max_new_tokens"],
-                                     prompt_lookup_num_tokens=self.config.num_draft_tokens,
-                                     eos_token_id=eos, pad_token_id=eos)
-                new = out[0, prompt.shape[1]:].tolist()
-                sequences.append(new[: new.index(eos) + 1] if eos in new else new)
-        finally:
-            hook.remove()
-        elapsed = time.perf_counter() - start
-        return {"name": "transformers prompt-lookup decoding", "batch_size": 1,
-                "nfe_per_sample": calls["n"] / len(inputs), "latency_s_per_sample": elapsed / len(inputs),
-                "sequences": sequences}
+
+        def generate_one(_, row):
+            pixels = pipeline.processor([load_page(row["image"])]).to(pipeline.device)
+            out = model.generate(input_ids=prompt, pixel_values=pixels, do_sample=False,
+                                 max_new_tokens=settings["max_new_tokens"],
+                                 prompt_lookup_num_tokens=self.config.num_draft_tokens, eos_token_id=eos,
+                                 pad_token_id=eos)
+            return cut_after(out[0, prompt.shape[1]:].tolist(), eos)
+
+        return run_peer(model, "transformers prompt-lookup decoding", inputs, generate_one)
 
     def build_decoder(self, pipeline, request):
         return PTPDecoder(request.target, self.registers(), request.logits, self.config.num_draft_tokens,

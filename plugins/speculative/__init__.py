@@ -10,12 +10,12 @@ multi-candidate rejection sampling).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
 from mmspec.common.accept import GreedyMatch, SpeculativeSampling
+from mmspec.common.bench import cut_after, run_peer
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.draft import DraftModelDrafter
 from mmspec.common.plugin import Plugin
@@ -59,30 +59,19 @@ class SpeculativePlugin(Plugin):
         if self.tree is not None:  # assisted generation drafts chains only
             return None
         model, draft = pipeline.model, pipeline.draft_model
-        calls = {"n": 0}
-        hook = model.register_forward_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
         greedy = settings.get("temperature", 0.0) == 0
-        sequences, start = [], time.perf_counter()
-        try:
-            for i, prompt in enumerate(inputs):
-                ids, mask = pipeline.encode_batch([prompt])
-                torch.manual_seed(i)
-                kwargs = dict(do_sample=False) if greedy else dict(
-                    do_sample=True, temperature=settings["temperature"], top_k=settings.get("top_k") or 0,
-                    top_p=settings.get("top_p") or 1.0)
-                out = model.generate(ids, attention_mask=mask.long(), assistant_model=draft,
-                                     max_new_tokens=settings["max_new_tokens"],
-                                     num_assistant_tokens=self.config.num_draft_tokens,
-                                     num_assistant_tokens_schedule="constant",
-                                     eos_token_id=pipeline.eos_token_id, pad_token_id=pipeline.eos_token_id,
-                                     **kwargs)
-                new = out[0, ids.shape[1]:].tolist()
-                if pipeline.eos_token_id in new:  # generate pads finished rows with EOS
-                    new = new[: new.index(pipeline.eos_token_id) + 1]
-                sequences.append(new)
-        finally:
-            hook.remove()
-        elapsed = time.perf_counter() - start
-        return {"name": "transformers assisted generation", "batch_size": 1,
-                "nfe_per_sample": calls["n"] / len(inputs), "latency_s_per_sample": elapsed / len(inputs),
-                "sequences": sequences}
+
+        def generate_one(i, prompt):
+            ids, mask = pipeline.encode_batch([prompt])
+            torch.manual_seed(i)
+            kwargs = dict(do_sample=False) if greedy else dict(
+                do_sample=True, temperature=settings["temperature"], top_k=settings.get("top_k") or 0,
+                top_p=settings.get("top_p") or 1.0)
+            out = model.generate(ids, attention_mask=mask.long(), assistant_model=draft,
+                                 max_new_tokens=settings["max_new_tokens"],
+                                 num_assistant_tokens=self.config.num_draft_tokens,
+                                 num_assistant_tokens_schedule="constant",
+                                 eos_token_id=pipeline.eos_token_id, pad_token_id=pipeline.eos_token_id, **kwargs)
+            return cut_after(out[0, ids.shape[1]:].tolist(), pipeline.eos_token_id)
+
+        return run_peer(model, "transformers assisted generation", inputs, generate_one)

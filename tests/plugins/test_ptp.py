@@ -215,3 +215,13 @@ def test_the_verify_input_kernel_equals_its_torch_reference(k, monkeypatch):
         n = int(lengths[b])
         assert needed[b, tree.chain].tolist() == [d < n for d in range(k)]
         assert needed[b, tree.groups].all(1).tolist() == [i <= n for i in range(k + 1)]
+
+
+def test_the_prompt_lookup_peer_reproduces_ar(doc_pipe, held_out):
+    rows = held_out[:2]
+    settings = {**doc_pipe.call_defaults, "max_new_tokens": 40}
+    peer = load_plugin("ptp", pipeline=doc_pipe, num_draft_tokens=4).plugin.bench_peer(doc_pipe, rows, settings)
+    ar, _ = doc_pipe.bench_generate(rows, 2, 0, settings)
+    assert peer["sequences"] == ar and peer["name"] == "transformers prompt-lookup decoding"
+    assert 0 < peer["nfe_per_sample"] <= 40
+    assert load_plugin("ptp", pipeline=doc_pipe).plugin.bench_peer(doc_pipe, rows, {**settings, "mode": "layout"}) is None

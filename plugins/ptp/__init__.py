@@ -61,8 +61,13 @@ class RegisterTree:
 
 
 @lru_cache(maxsize=16)
-def register_tree(k: int) -> RegisterTree:
-    chain_paths = [(0,) * d for d in range(1, k + 1)]
+def register_tree(k: int, chain_length: int | None = None) -> RegisterTree:
+    """The step's tree: a chain of `chain_length` drafts (k by default; longer for copy drafts) and a group of
+    k registers after chain nodes 0..k only, so a long chain costs one token per extra draft."""
+    chain_length = k if chain_length is None else chain_length
+    if chain_length < k:
+        raise ValueError(f"chain_length must be >= k ({k}), got {chain_length}")
+    chain_paths = [(0,) * d for d in range(1, chain_length + 1)]
     group_paths = [[(0,) * i + (1,) + (0,) * (j - 1) for j in range(1, k + 1)] for i in range(k + 1)]
     spec = TreeSpec.from_paths(chain_paths + [p for g in group_paths for p in g])
     node = {p: n + 1 for n, p in enumerate(spec.paths)}
@@ -78,20 +83,44 @@ def register_tree(k: int) -> RegisterTree:
     return tree
 
 
-class RegisterDrafter(Drafter):
-    """Holds the drafts the last verify pass's registers proposed; the first step has none."""
+def copy_candidate(history: list[int], match: int, limit: int) -> list[int]:
+    """The tokens that followed the most recent earlier occurrence of `history`'s last `match` tokens (at most
+    `limit`), or []. In a table the previous row's tag skeleton is such a continuation."""
+    if limit < 1 or len(history) <= match:
+        return []
+    tail = history[-match:]
+    for start in range(len(history) - match - 1, -1, -1):
+        if history[start:start + match] == tail:
+            return history[start + match:start + match + limit]
+    return []
 
-    def __init__(self, k: int, vocab_size: int):
+
+class RegisterDrafter(Drafter):
+    """Holds the drafts the last verify pass's registers proposed; the first step has none.
+
+    With `copy_length` > 0 a row whose recent tokens occurred before drafts a copy of what followed them
+    (up to `copy_length` tokens) when that is longer than its register drafts; copies are deterministic
+    proposals (q one-hot), verified like any draft."""
+
+    def __init__(self, k: int, vocab_size: int, copy_length: int = 0, copy_match: int = 3):
         self.k = k
         self.vocab_size = vocab_size
+        self.copy_length, self.copy_match = copy_length, copy_match
+        self.width = max(k, copy_length)  # the chain the verify pass carries
         self.tree = None  # a chain drafter as far as the loop is concerned; the register tree is the decoder's
         self.tokens = self.probs = self.lengths = None
+        self.history: list[list[int]] = []
+        self.copied: torch.Tensor | None = None  # [B] bool: the row's current drafts are a copy
 
     def begin(self, input_ids, attention_mask):
         batch = input_ids.shape[0]
-        self.tokens = torch.zeros(batch, self.k, dtype=torch.long, device=input_ids.device)
+        self.tokens = torch.zeros(batch, self.width, dtype=torch.long, device=input_ids.device)
         self.probs = None
         self.lengths = torch.zeros(batch, dtype=torch.long, device=input_ids.device)
+        self.copied = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+        mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        self.history = [row[m.bool()].tolist() for row, m in zip(input_ids.cpu(), mask.cpu())] \
+            if self.copy_length else []
 
     def propose(self, ctx: StepContext) -> Draft:
         probs = self.probs
@@ -100,33 +129,61 @@ class RegisterDrafter(Drafter):
         return Draft(tokens=self.tokens, probs=probs, lengths=self.lengths, forwards=0)
 
     def commit(self, ctx, acceptance, target_probs=None, output=None):
-        tree = register_tree(self.k)
-        groups = tree.groups.to(output.logits.device)[acceptance.num_accepted]  # [B, k]: the accepted group
+        tree = register_tree(self.k, self.width)
+        num = acceptance.num_accepted
+        has_group = num <= self.k  # a copy accepted past node k has no register group after it
+        groups = tree.groups.to(output.logits.device)[num.clamp(max=self.k)]  # [B, k]: the accepted group
         rows = torch.arange(groups.shape[0], device=groups.device)[:, None]
         q = ctx.logits.probs(output.logits[rows, groups])  # [B, k, V]
         batch = q.shape[0]
         if ctx.logits.greedy:
-            self.tokens, self.probs = q.argmax(-1), None
+            tokens, probs = q.argmax(-1), None
         else:
-            self.tokens = sample_inverse_cdf(q, draw_uniform(ctx.generator, batch, self.k, q.device))
-            self.probs = q
-        left = ctx.remaining - (acceptance.num_accepted + 1)  # tokens still to produce after this step
-        self.lengths = (left - 1).clamp(0, self.k)  # the next step yields up to lengths + 1 tokens
+            tokens, probs = sample_inverse_cdf(q, draw_uniform(ctx.generator, batch, self.k, q.device)), q
+        left = ctx.remaining - (num + 1)  # tokens still to produce after this step
+        lengths = torch.where(has_group, (left - 1).clamp(0, self.k), 0)  # the next step yields up to lengths + 1
+        pad = self.width - self.k
+        self.tokens = torch.nn.functional.pad(tokens, (0, pad))
+        self.probs = None if probs is None else torch.nn.functional.pad(probs, (0, 0, 0, pad))
+        self.lengths = lengths
+        self.copied = torch.zeros_like(has_group)
+        if self.copy_length:
+            self._offer_copies(acceptance, left)
+
+    def _offer_copies(self, acceptance, left) -> None:
+        """Rows whose history offers a copy longer than their register drafts draft the copy instead."""
+        committed = (acceptance.num_accepted + 1).tolist()
+        for b, n in enumerate(committed):
+            self.history[b] += acceptance.tokens[b, :n].tolist()
+            room = int(left[b]) - 1
+            copy = copy_candidate(self.history[b], self.copy_match, min(self.copy_length, room))
+            if len(copy) > int(self.lengths[b]):
+                self.tokens[b] = 0
+                self.tokens[b, :len(copy)] = torch.tensor(copy, device=self.tokens.device)
+                self.lengths[b] = len(copy)
+                self.copied[b] = True
+                if self.probs is not None:  # a deterministic proposal: q is one-hot on the copied token
+                    self.probs[b] = 0.0
+                    self.probs[b, torch.arange(len(copy)), self.tokens[b, :len(copy)]] = 1.0
 
     def select_rows(self, rows):
-        self.tokens, self.lengths = self.tokens[rows], self.lengths[rows]
+        self.tokens, self.lengths, self.copied = self.tokens[rows], self.lengths[rows], self.copied[rows]
         self.probs = None if self.probs is None else self.probs[rows]
+        if self.history:
+            self.history = [self.history[i] for i in rows.tolist()]
 
 
 class PTPDecoder(SpeculativeDecoder):
     """The core's draft/verify loop with registers riding along the verify pass (see the module docstring)."""
 
     def __init__(self, target, registers: RegisterSet, logits, k: int, eos_token_id=None, pad_token_id=-1,
-                 position_budget: int | None = None):
+                 position_budget: int | None = None, copy_length: int = 0):
         registers.register_ids(k)  # k within what was trained
         rule = GreedyMatch() if logits.greedy else SpeculativeSampling()
-        super().__init__(target, RegisterDrafter(k, target.vocab_size), rule, logits, num_draft_tokens=k,
+        drafter = RegisterDrafter(k, target.vocab_size, copy_length)
+        super().__init__(target, drafter, rule, logits, num_draft_tokens=drafter.width,
                          eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+        self.width = drafter.width
         self.registers = registers.to(target.device)
         self.k = k
         self.position_budget = position_budget
@@ -137,18 +194,18 @@ class PTPDecoder(SpeculativeDecoder):
     def generate(self, input_ids, attention_mask=None, *, max_new_tokens, generator=None, prefill_input=None,
                  callback=None):
         if self.position_budget is not None and isinstance(max_new_tokens, int):
-            # The registers of the last step reach 2k positions past the newest token.
-            need = input_ids.shape[1] + max_new_tokens + 2 * self.k
+            # The last step's tree reaches chain width + k positions past the newest token.
+            need = input_ids.shape[1] + max_new_tokens + self.width + self.k
             if need > self.position_budget:
-                raise ValueError(f"num_draft_tokens k={self.k} is above this model's position budget: prompt "
-                                 f"({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) + 2k must be at most "
-                                 f"{self.position_budget}; lower k to at most "
-                                 f"{max(0, (self.position_budget - input_ids.shape[1] - max_new_tokens) // 2)}")
+                raise ValueError(f"num_draft_tokens k={self.k} (chain width {self.width}) is above this model's "
+                                 f"position budget: prompt ({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) "
+                                 f"+ width + k must be at most {self.position_budget}; lower num_draft_tokens or "
+                                 "copy_draft, or max_new_tokens")
         return super().generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
                                 prefill_input=prefill_input, callback=callback)
 
     def _verify(self, state, ctx, draft, stats):
-        tree, device = register_tree(self.k), ctx.last_tokens.device
+        tree, device = register_tree(self.k, self.width), ctx.last_tokens.device
         spec = tree.spec
         nodes = spec.num_nodes + 1
         if tree.table.device != device:
@@ -165,8 +222,8 @@ class PTPDecoder(SpeculativeDecoder):
         return self.logits.probs(out.logits[:, chain]), out
 
     def _keep(self, state, draft, acc):
-        chain = register_tree(self.k).chain.to(acc.num_accepted.device)
-        steps = torch.arange(self.k, device=chain.device)[None]
+        chain = register_tree(self.k, self.width).chain.to(acc.num_accepted.device)
+        steps = torch.arange(self.width, device=chain.device)[None]
         path = torch.where(steps < acc.num_accepted[:, None], chain[None], -1)
         root = torch.zeros(path.shape[0], 1, dtype=torch.long, device=chain.device)
         self.target.keep(state, torch.cat([root, path], 1))
@@ -175,6 +232,7 @@ class PTPDecoder(SpeculativeDecoder):
 @dataclass
 class PTPConfig:
     num_draft_tokens: int = field_range(1, MAX_K, default=4, doc="drafts per step k (at most the registers trained)")
+    copy_draft: int = field_range(0, MAX_K, default=0, doc="longest structure-copy draft (0: off; see RegisterDrafter)")
     registers_path: str = ""  # a folder saved by RegisterSet.save_pretrained ("" = the bundled doc-tiny registers)
 
 
@@ -189,6 +247,9 @@ class PTPPlugin(Plugin):
     bench_default_variants = tuple({**_BENCH_ROWS, "settings": {"mode": "page", "num_draft_tokens": k}} for k in (2, 4, 8, 16))
     bench_variants = ({**_BENCH_ROWS, "settings": {"mode": "layout+regions", "num_draft_tokens": 4}},
                       {**_BENCH_ROWS, "settings": {"mode": "regions", "block_type": "table", "num_draft_tokens": 8}},
+                      {**_BENCH_ROWS, "settings": {"mode": "regions", "block_type": "table", "num_draft_tokens": 8,
+                                                   "copy_draft": 32}},
+                      {**_BENCH_ROWS, "settings": {"mode": "page", "num_draft_tokens": 16, "copy_draft": 64}},
                       {**_BENCH_ROWS, "settings": {"mode": "page", "num_draft_tokens": 4, "temperature": 1.0}},
                       {"batch_size": 1, "num_samples": 16, "settings": {"mode": "page", "num_draft_tokens": 4}})
 
@@ -241,4 +302,5 @@ class PTPPlugin(Plugin):
     def build_decoder(self, pipeline, request):
         return PTPDecoder(request.target, self.registers(), request.logits, self.config.num_draft_tokens,
                           eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id,
-                          position_budget=getattr(pipeline, "max_positions", None))
+                          position_budget=getattr(pipeline, "max_positions", None),
+                          copy_length=self.config.copy_draft)

@@ -225,3 +225,34 @@ def test_the_prompt_lookup_peer_reproduces_ar(doc_pipe, held_out):
     assert peer["sequences"] == ar and peer["name"] == "transformers prompt-lookup decoding"
     assert 0 < peer["nfe_per_sample"] <= 40
     assert load_plugin("ptp", pipeline=doc_pipe).plugin.bench_peer(doc_pipe, rows, {**settings, "mode": "layout"}) is None
+
+
+def test_a_copy_candidate_is_what_followed_the_last_tokens_before():
+    from mmspec.plugins.ptp import copy_candidate
+
+    history = [5, 6, 7, 8, 9, 5, 6]
+    assert copy_candidate(history, 2, 3) == [7, 8, 9]
+    assert copy_candidate(history, 2, 10) == [7, 8, 9, 5, 6]
+    assert copy_candidate(history, 3, 4) == [] and copy_candidate(history, 2, 0) == []
+    assert copy_candidate([1, 2, 1, 2, 1, 2], 2, 2) == [1, 2]  # the most recent earlier occurrence
+
+
+def test_copy_drafts_keep_greedy_exact_on_table_regions(doc_pipe, held_out):
+    pages = [row["image"] for row in held_out]
+    regions = [[tuple(b.box) for b in row["blocks"] if b.type == "table"] for row in held_out]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ar = doc_pipe(pages, mode="regions", regions=regions, batch_size=3, max_new_tokens=120)
+        copying = load_plugin("ptp", pipeline=doc_pipe, num_draft_tokens=4, copy_draft=24)
+        out = copying(pages, mode="regions", regions=regions, batch_size=3, max_new_tokens=120)
+    assert out.sequences == ar.sequences
+    assert max(i for i, n in enumerate(out.stats.accepted_hist) if n) > 5  # a copy longer than k was accepted
+
+
+def test_ptp_sampling_with_copy_drafts_follows_the_target_law(law_setup, torch_kernels):
+    model, logits, registers, law = law_setup
+    decoder = PTPDecoder(HFCausalLM(model), registers, logits, 2, copy_length=3)
+    decoder.drafter.copy_match = 1  # copy after any repeated token: copies are frequent in 4-token sequences
+    pvalue, stats = prompt_law_pvalue(decoder, law, PROMPT, VOCAB, NEW_TOKENS, SAMPLES, seed=3)
+    assert 1.1 < stats.mean_accepted
+    assert pvalue > 1e-3

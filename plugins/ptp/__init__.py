@@ -53,7 +53,8 @@ class RegisterTree:
     """The static tree of one step for k drafts: node ids of the chain and of each register group."""
 
     spec: TreeSpec
-    chain: torch.Tensor  # [k] node of draft d (1..k)
+    chain: torch.Tensor  # [L] node of draft d (1..L, the chain width)
+    root_and_chain: torch.Tensor  # [L+1] node 0, then the chain: the nodes whose logits verify
     groups: torch.Tensor  # [k+1, k] node of register j of the group after chain node i (0 = the root)
     group_of: torch.Tensor  # [N+1] chain index i a register node belongs to, -1 for the root and the chain
     register_index: torch.Tensor  # [N+1] j-1 for register nodes, -1 otherwise
@@ -78,7 +79,8 @@ def register_tree(k: int, chain_length: int | None = None) -> RegisterTree:
     for i in range(k + 1):
         group_of[groups[i]] = i
         register_index[groups[i]] = torch.arange(k)
-    tree = RegisterTree(spec, chain, groups, group_of, register_index)
+    root_and_chain = torch.cat([torch.zeros(1, dtype=torch.long), chain])
+    tree = RegisterTree(spec, chain, root_and_chain, groups, group_of, register_index)
     tree.table = node_table(tree)
     return tree
 
@@ -110,14 +112,12 @@ class RegisterDrafter(Drafter):
         self.tree = None  # a chain drafter as far as the loop is concerned; the register tree is the decoder's
         self.tokens = self.probs = self.lengths = None
         self.history: list[list[int]] = []
-        self.copied: torch.Tensor | None = None  # [B] bool: the row's current drafts are a copy
 
     def begin(self, input_ids, attention_mask):
         batch = input_ids.shape[0]
         self.tokens = torch.zeros(batch, self.width, dtype=torch.long, device=input_ids.device)
         self.probs = None
         self.lengths = torch.zeros(batch, dtype=torch.long, device=input_ids.device)
-        self.copied = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
         mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
         self.history = [row[m.bool()].tolist() for row, m in zip(input_ids.cpu(), mask.cpu())] \
             if self.copy_length else []
@@ -146,7 +146,6 @@ class RegisterDrafter(Drafter):
         self.tokens = torch.nn.functional.pad(tokens, (0, pad))
         self.probs = None if probs is None else torch.nn.functional.pad(probs, (0, 0, 0, pad))
         self.lengths = lengths
-        self.copied = torch.zeros_like(has_group)
         if self.copy_length:
             self._offer_copies(acceptance, left)
 
@@ -161,13 +160,12 @@ class RegisterDrafter(Drafter):
                 self.tokens[b] = 0
                 self.tokens[b, :len(copy)] = torch.tensor(copy, device=self.tokens.device)
                 self.lengths[b] = len(copy)
-                self.copied[b] = True
                 if self.probs is not None:  # a deterministic proposal: q is one-hot on the copied token
                     self.probs[b] = 0.0
                     self.probs[b, torch.arange(len(copy)), self.tokens[b, :len(copy)]] = 1.0
 
     def select_rows(self, rows):
-        self.tokens, self.lengths, self.copied = self.tokens[rows], self.lengths[rows], self.copied[rows]
+        self.tokens, self.lengths = self.tokens[rows], self.lengths[rows]
         self.probs = None if self.probs is None else self.probs[rows]
         if self.history:
             self.history = [self.history[i] for i in rows.tolist()]
@@ -218,8 +216,7 @@ class PTPDecoder(SpeculativeDecoder):
                 out = self.target.forward(state, tokens, positions, token_mask=None if bool(needed.all()) else needed,
                                           tree=spec, tree_nodes=torch.arange(nodes))
             stats.target_nfe += 1
-        chain = torch.cat([torch.zeros(1, dtype=torch.long), tree.chain]).to(device)
-        return self.logits.probs(out.logits[:, chain]), out
+        return self.logits.probs(out.logits[:, tree.root_and_chain.to(device)]), out
 
     def _keep(self, state, draft, acc):
         chain = register_tree(self.k, self.width).chain.to(acc.num_accepted.device)

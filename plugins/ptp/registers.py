@@ -41,6 +41,8 @@ class RegisterSet(ModelMixin, ConfigMixin):
             raise ValueError(f"num_registers must be >= 1, got {num_registers}")
         if len(adapter_modules) != len(adapter_shapes):
             raise ValueError("adapter_modules and adapter_shapes must have one entry each")
+        if adapter_modules and adapter_rank < 1:
+            raise ValueError(f"adapter_rank must be >= 1 when adapter_modules are given, got {adapter_rank}")
         self.embeddings = nn.Parameter(torch.randn(num_registers, hidden_size) * 0.02)
         # ModuleDict keys cannot hold dots: the i-th adapter belongs to adapter_modules[i].
         self.down = nn.ParameterList()
@@ -90,20 +92,23 @@ def adaptable_linears(module: nn.Module, under: str) -> list[tuple[str, nn.Linea
 def inject(registers: RegisterSet, module: nn.Module, embedding: nn.Module, vocab_size: int):
     """Within the block, input ids >= `vocab_size` are registers in every forward of `module` (see the module
     docstring). `embedding` is the token embedding the model's forward calls."""
-    gate: dict = {}  # the current forward's register mask [B, L], set by the embedding pre-hook
+    # The current forward's register mask [B, L], set by the embedding pre-hook; "any" is read once there (one
+    # device sync per forward, not one per adapted layer).
+    gate: dict = {"any": False}
 
     def before_embedding(_, args):
         ids = args[0]
         is_register = ids >= vocab_size
         gate["mask"] = is_register
         gate["index"] = (ids - vocab_size).clamp(min=0)
-        if bool(is_register.any()):
+        gate["any"] = bool(is_register.any())
+        if gate["any"]:
             return (torch.where(is_register, torch.zeros_like(ids), ids),) + tuple(args[1:])
         return None
 
     def after_embedding(_, args, output):
         mask = gate["mask"]
-        if not bool(mask.any()):
+        if not gate["any"]:
             return output
         vectors = registers.embeddings[gate["index"]].to(output.dtype)
         return torch.where(mask[..., None], vectors, output)
@@ -111,7 +116,7 @@ def inject(registers: RegisterSet, module: nn.Module, embedding: nn.Module, voca
     def adapter_hook(i):
         def hook(_, args, output):
             mask = gate.get("mask")
-            if mask is None or output.shape[:-1] != mask.shape or not bool(mask.any()):
+            if not gate["any"] or output.shape[:-1] != mask.shape:
                 return output
             scale = registers.config.adapter_alpha / registers.config.adapter_rank
             x = args[0].to(registers.down[i].dtype)

@@ -10,8 +10,11 @@ from law import AcceptAll, exact_prompt_law, prompt_law_pvalue, sharpened_tiny_l
 from register_helpers import random_registers
 
 from mmspec import load_plugin
+from mmspec.common.accept import Draft
+from mmspec.common.draft import StepContext
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import HFCausalLM
+from mmspec.common.stats import DecodeStats
 from mmspec.docs_parse.pages import load_held_out_set
 from mmspec.plugins.ptp import PTPDecoder, register_tree
 from mmspec.plugins.ptp.registers import RegisterSet, inject
@@ -55,10 +58,6 @@ def test_registers_are_invisible_to_ordinary_tokens():
         decoder = PTPDecoder(target, registers, logits, 3)
         state, _ = target.prefill(prompt[:, :-1])
         drafts = torch.tensor([[1, 2, 3], [4, 4, 0]])
-        from mmspec.common.accept import Draft
-        from mmspec.common.draft import StepContext
-        from mmspec.common.stats import DecodeStats
-
         ctx = StepContext(prompt[:, -1], torch.tensor([3, 3]), 3, logits, None, torch.tensor([10, 10]))
         probs, out = decoder._verify(state, ctx, Draft(drafts, lengths=torch.tensor([3, 3])), DecodeStats())
         chain = torch.cat([torch.zeros(1, dtype=torch.long), register_tree(3).chain])

@@ -147,15 +147,20 @@ class RegisterDrafter(Drafter):
         self.probs = None if probs is None else torch.nn.functional.pad(probs, (0, 0, 0, pad))
         self.lengths = lengths
         if self.copy_length:
-            self._offer_copies(acceptance, left)
+            self._offer_copies(ctx, acceptance, left)
 
-    def _offer_copies(self, acceptance, left) -> None:
-        """Rows whose history offers a copy longer than their register drafts draft the copy instead."""
-        committed = (acceptance.num_accepted + 1).tolist()
-        for b, n in enumerate(committed):
-            self.history[b] += acceptance.tokens[b, :n].tolist()
+    def _offer_copies(self, ctx, acceptance, left) -> None:
+        """Rows whose history offers a copy longer than their register drafts draft the copy instead.
+
+        A row's history holds every token before its newest: `begin` gives the prompt without its last token,
+        and each step adds the token it fed (ctx.last_tokens) and the drafts it accepted. The extra token of
+        this step is the next newest, so the lookup runs on history + [extra]."""
+        last, accepted = ctx.last_tokens.tolist(), acceptance.num_accepted.tolist()
+        for b, n in enumerate(accepted):
+            self.history[b] += [last[b]] + acceptance.tokens[b, :n].tolist()
+            newest = int(acceptance.tokens[b, n])
             room = int(left[b]) - 1
-            copy = copy_candidate(self.history[b], self.copy_match, min(self.copy_length, room))
+            copy = copy_candidate(self.history[b] + [newest], self.copy_match, min(self.copy_length, room))
             if len(copy) > int(self.lengths[b]):
                 self.tokens[b] = 0
                 self.tokens[b, :len(copy)] = torch.tensor(copy, device=self.tokens.device)

@@ -255,3 +255,20 @@ def test_ptp_sampling_with_copy_drafts_follows_the_target_law(law_setup, torch_k
     pvalue, stats = prompt_law_pvalue(decoder, law, PROMPT, VOCAB, NEW_TOKENS, SAMPLES, seed=3)
     assert 1.1 < stats.mean_accepted
     assert pvalue > 1e-3
+
+
+def test_copy_drafts_see_the_whole_prompt():
+    """The history a copy is looked up in holds the prompt's last token too (fed with the first step, not given
+    to `begin`): here the repeat [1, 2] spans it."""
+    from mmspec.common.accept import Acceptance
+    from mmspec.plugins.ptp import RegisterDrafter
+
+    drafter = RegisterDrafter(k=1, vocab_size=4, copy_length=3, copy_match=2)
+    drafter.begin(torch.tensor([[0, 1, 2, 3, 0]]), None)  # the prompt [0, 1, 2, 3, 0, 1] without its last token
+    drafter.tokens, drafter.lengths = torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, dtype=torch.long)
+    ctx = StepContext(torch.tensor([1]), torch.tensor([5]), 3, LogitsPipeline(temperature=0.0), None,
+                      torch.tensor([10]))
+    step = Acceptance(num_accepted=torch.tensor([0]), tokens=torch.tensor([[2, -1, -1, -1]]))  # no draft; extra 2
+    drafter._offer_copies(ctx, step, left=torch.tensor([9]))
+    assert drafter.history[0] == [0, 1, 2, 3, 0, 1]
+    assert drafter.tokens.tolist() == [[3, 0, 1]] and drafter.lengths.tolist() == [3]  # what followed [1, 2]

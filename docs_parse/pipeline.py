@@ -528,8 +528,9 @@ class DocParsePipeline(Pipeline):
     def _bench_blocks(row: dict, block_type: str | None) -> list:
         return [b for b in row["blocks"] if b.type not in FURNITURE and block_type in (None, b.type)]
 
-    def markdown_of_sequence(self, ids: list[int]) -> tuple[str, list[tuple[str, tuple]]]:
-        """A page's markdown and layout from its `DocParseOutput.sequences` entry (any mode)."""
+    def _answers(self, ids: list[int]) -> list[list[int]]:
+        """A `DocParseOutput.sequences` entry split into its answers, each up to and including its end token
+        (the last may be cut short)."""
         eos = self.prompts.eos_token_id
         segments, current = [], []
         for t in ids:
@@ -539,6 +540,11 @@ class DocParsePipeline(Pipeline):
                 current = []
         if current:
             segments.append(current)
+        return segments
+
+    def markdown_of_sequence(self, ids: list[int]) -> tuple[str, list[tuple[str, tuple]]]:
+        """A page's markdown and layout from its `DocParseOutput.sequences` entry (any mode)."""
+        segments = self._answers(ids)
         type_ids = set(getattr(self.prompts, "type_ids", {}).values())  # a GOT-OCR2 checkpoint has no layout
         if not segments or segments[0][0] not in type_ids:  # page mode: text only
             return self.prompts.decode_text(ids), []
@@ -552,18 +558,7 @@ class DocParsePipeline(Pipeline):
 
         block_type = getattr(self, "_bench_block_type", _NOT_REGIONS)
         if block_type is not _NOT_REGIONS:  # regions mode: each page's chosen true blocks, scored as a page
-            eos = self.prompts.eos_token_id
-            predicted = []
-            for ids in sequences:
-                texts, current = [], []
-                for t in ids:
-                    current.append(t)
-                    if t == eos:
-                        texts.append(self.prompts.decode_text(current))
-                        current = []
-                if current:
-                    texts.append(self.prompts.decode_text(current))
-                predicted.append("\n\n".join(texts))
+            predicted = ["\n\n".join(self.prompts.decode_text(a) for a in self._answers(ids)) for ids in sequences]
             references = ["\n\n".join(b.content for b in self._bench_blocks(row, block_type)) for row in inputs]
             return page_scores(predicted, references)
         parsed = [self.markdown_of_sequence(s) for s in sequences]

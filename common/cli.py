@@ -1,4 +1,4 @@
-"""The `mmspec` command: list, bench, generate."""
+"""The `mmspec` command: list, bench, generate, batch."""
 
 from __future__ import annotations
 
@@ -77,6 +77,41 @@ def cmd_generate(args) -> int:
     return plugin_cls(**config).attach(pipeline).cli_generate(args, call)
 
 
+def cmd_batch(args) -> int:
+    from .batch import read_manifest, run_batch
+    from .bench import parse_settings, split_settings
+
+    read_manifest(args.inputs, args.seed)  # its syntax errors come before any model loads
+
+    import torch
+
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be an int >= 1, got {args.batch_size}")
+    plugin_cls = get_plugin_class(args.plugin)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is visible here; use --device cpu")
+    state = None
+    if args.engine == "local":
+        from accelerate import PartialState
+
+        state = PartialState(cpu=device == "cpu")  # cpu=True: a launch on CPU becomes gloo processes
+        device = str(state.device) if device == "cuda" else "cpu"
+    pipeline = plugin_cls.default_pipeline(model=args.model, device=device)
+    call, config = split_settings(pipeline, plugin_cls, parse_settings(args.set))
+    pipeline = plugin_cls(**config).attach(pipeline)
+    options = {"num_workers": args.ray_workers, "device": device}
+    summary = run_batch(pipeline, plugin=args.plugin, model=pipeline.model_name, inputs=args.inputs, out=args.out,
+                        call=call, config=config, batch_size=args.batch_size, seed=args.seed, engine=args.engine,
+                        engine_options=options if args.engine == "ray" else None, process_state=state,
+                        progress=not args.quiet)
+    if summary is not None:
+        per = summary["per_sample"]
+        print(f"{summary['samples']} samples in {args.out} (manifest.jsonl, summary.json); "
+              f"target forwards per sample {per['nfe_per_sample']:.1f}, mean accepted {per['mean_accepted']:.2f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mmspec", description="Speculative, Jacobi and parallel decoding "
                                      "for autoregressive generators of any modality.")
@@ -116,6 +151,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.set_defaults(func=cmd_generate, generate_parser=p)
+
+    p = sub.add_parser("batch", help="generate for every line of a JSONL manifest; resumable, multi-process",
+                       description="Generate one output per manifest line. Several processes: `accelerate "
+                       "launch --num_processes N -m mmspec batch ...`; many nodes: --engine ray. See "
+                       "mmspec.common.batch for the files written.")
+    p.add_argument("plugin", help="plugin name (see `mmspec list`)")
+    p.add_argument("--model", default=None, help="bundled model name (default: the plugin's default)")
+    p.add_argument("--inputs", required=True, metavar="MANIFEST.jsonl",
+                   help="one JSON object per line in the pipeline's input terms, optional 'id' and 'seed'")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0, help="sample i's seed when its line has none: seed + i")
+    p.add_argument("--device", default=None, choices=["cpu", "cuda"], help="default: cuda when visible, else cpu "
+                   "(under a launcher, each process takes its own GPU)")
+    p.add_argument("--engine", default="local", choices=["local", "ray"],
+                   help="local: this process (or each process of an accelerate / torchrun launch); ray: a Ray "
+                        "Data pipeline with one pipeline per actor")
+    p.add_argument("--ray-workers", type=int, default=2, help="--engine ray: actors in the pool")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_batch)
     return parser
 
 

@@ -132,7 +132,7 @@ class SpeculativeDecoder:
                 acc = self.accept_rule(draft, target_probs, ctx.generator)
             committed = acc.num_accepted + 1
             stats.record_step(committed, draft.num_tokens if draft.tree is None else draft.tree.max_depth,
-                              draft.lengths)
+                              draft.lengths, rows=rows)
             with stats.timer("accept", device):
                 self._keep(state, draft, acc)
                 self.target.crop(state, ctx.positions + committed)

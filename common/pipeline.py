@@ -137,6 +137,24 @@ class Pipeline:
         """(title, intro, markdown table) sections of BENCHMARKS.md for this pipeline's bench rows."""
         return []
 
+    # --- batch protocol (mmspec batch, mmspec.common.batch) ----------------------------------------
+    batch_fields: dict = {}  # manifest field -> what it holds; the runner rejects lines with other fields
+    batch_suffix: str = ".json"  # the extension of one sample's output file
+
+    def batch_input(self, record: dict, base_dir: Path):
+        """One manifest line's input, checked without model work (raise ValueError naming the field and what
+        is allowed). `record` holds this pipeline's `batch_fields` only; relative paths are under base_dir."""
+        raise NotImplementedError(f"{type(self).__name__} does not support `mmspec batch`")
+
+    def batch_generate(self, inputs: list, generators: list, call: dict) -> tuple[list, DecodeStats]:
+        """One output per input (sample i draws from generators[i] only) and the call's statistics; fill
+        `row_forwards` when the decode rows are the inputs in order (the runner's per-sample statistics)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support `mmspec batch`")
+
+    def batch_write(self, output, path: Path) -> None:
+        """Write one `batch_generate` output to `path` (a temporary name ending in `batch_suffix`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support `mmspec batch`")
+
     # --- command line (mmspec generate) -----------------------------------------------------------
     @classmethod
     def add_cli_arguments(cls, parser) -> None:

@@ -100,7 +100,7 @@ class ScheduledDecoder:
                 new = probs.argmax(-1) if self.logits.greedy else sample_inverse_cdf(probs, uniforms)
                 out[:, step.sample_index] = new
             stats.record_step(torch.full((batch,), len(step.sample_index), dtype=torch.long),
-                              len(step.sample_index) - 1)
+                              len(step.sample_index) - 1, rows=torch.arange(batch))
             if callback is not None:
                 callback(t, {"rows": torch.arange(batch), "tokens": new,
                              "num_accepted": torch.full((batch,), len(step.sample_index) - 1)})

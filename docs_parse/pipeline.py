@@ -429,6 +429,8 @@ class DocParsePipeline(Pipeline):
                 out.finished.append(all(self._finished(ids) for ids in [layout[p]] * (boxes is None) + region_ids))
         stats.add(UNFINISHED_ROWS, out.finished[-num:].count(False))
         stats.num_rows = num  # one sample = one page: nfe_per_sample counts a page's decode steps over its passes
+        if mode not in ("page", "layout"):  # the decode rows were region prompts after a layout pass, not pages
+            stats.forget_rows()
         stats.time_total_s = time.perf_counter() - begin
         out.stats = out.stats.merge(stats)
 
@@ -468,6 +470,43 @@ class DocParsePipeline(Pipeline):
         return out.tolist(), out.stats
 
     # --- command line ----------------------------------------------------------------------------
+    # --- batch protocol (see mmspec.common.batch) ------------------------
+    batch_fields = {"page": "path of a page image, or of a PDF (then with 'page_index')",
+                    "page_index": "0-based page of the PDF in 'page'"}
+    batch_suffix = ".md"
+
+    def batch_input(self, record: dict, base_dir):
+        from mmspec.common.batch import path_field
+
+        path = path_field(record, "page", base_dir, self.batch_fields["page"])
+        index = record.get("page_index")
+        if not _is_pdf(path):
+            if index is not None:
+                raise ValueError(f"field 'page_index' goes with a PDF in 'page', got it with {path!r}")
+            try:
+                with Image.open(path) as image:
+                    image.verify()
+            except Exception:
+                raise ValueError(f"field 'page': {path!r} is not an image PIL can read") from None
+            return path
+        import pypdfium2
+
+        try:
+            count = len(pypdfium2.PdfDocument(path))
+        except pypdfium2.PdfiumError:
+            raise ValueError(f"field 'page': {path!r} is not a PDF PDFium can read") from None
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+            raise ValueError(f"field 'page_index' must be an int in [0, {count}) for {path!r} (one page per "
+                             f"line), got {index!r}")
+        return (path, index)
+
+    def batch_generate(self, inputs: list, generators: list, call: dict):
+        out = self(list(inputs), generator=generators, batch_size=len(inputs), **call)
+        return out.markdown, out.stats
+
+    def batch_write(self, output, path) -> None:
+        Path(path).write_text(output + "\n")
+
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--page", action="append", default=[],

@@ -212,6 +212,29 @@ class ASRPipeline(Pipeline):
         prompt = torch.tensor([self.recognizer.prompt_ids()] * batch, device=self.device)
         return self.run_decoder(request, prompt, max_new_tokens=max_new_tokens, generator=generator)
 
+    # --- batch protocol (see mmspec.common.batch) ------------------------
+    batch_fields = {"audio": "path of a mono audio file soundfile reads (wav, flac, ogg)"}
+    batch_suffix = ".txt"
+
+    def batch_input(self, record: dict, base_dir):
+        from mmspec.common.batch import path_field
+
+        path = path_field(record, "audio", base_dir, self.batch_fields["audio"])
+        try:
+            channels = soundfile.info(path).channels
+        except RuntimeError:
+            raise ValueError(f"field 'audio': {path!r} is not an audio file soundfile can read") from None
+        if channels != 1:
+            raise ValueError(f"field 'audio': {path!r} has {channels} channels; ASRPipeline takes mono audio")
+        return path
+
+    def batch_generate(self, inputs: list, generators: list, call: dict):
+        out = self(inputs, batch_size=len(inputs), generator=generators, **call)
+        return out.texts, out.stats
+
+    def batch_write(self, output, path) -> None:
+        Path(path).write_text(output + "\n")
+
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--audio", action="append", default=[],

@@ -288,6 +288,7 @@ class TTSPipeline(Pipeline):
             stats.add(TIME_BACKBONE, time.perf_counter() - tick)
         codes = [torch.stack(f, 1) if f else torch.zeros(depth, 0, dtype=torch.long, device=device) for f in frames]
         stats.num_rows = batch  # rows are texts; the depth decoder's rows were frames
+        stats.forget_rows()
         stats.time_total_s = time.perf_counter() - begin
         stats.add(UNFINISHED_ROWS, sum(not d for d in done))
         return codes, done, stats
@@ -311,6 +312,26 @@ class TTSPipeline(Pipeline):
         return audios, stats
 
     # --- command line (mmspec generate) -----------------------------------------------------------
+    # --- batch protocol (see mmspec.common.batch) ------------------------
+    batch_fields = {"text": "text to speak"}
+    batch_suffix = ".wav"
+
+    def batch_input(self, record: dict, base_dir):
+        from mmspec.common.batch import text_field
+
+        text = text_field(record, "text", self.batch_fields["text"])
+        self.frontend(text, "field 'text'")  # characters the voice cannot read fail here, before decoding
+        return text
+
+    def batch_generate(self, inputs: list, generators: list, call: dict):
+        out = self(inputs, generator=generators, batch_size=len(inputs), output_type="np", **call)
+        return out.audios, out.stats
+
+    def batch_write(self, output, path) -> None:
+        import soundfile
+
+        soundfile.write(str(path), output, self.sampling_rate, subtype="PCM_16", format="WAV")
+
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--text", action="append", default=[],

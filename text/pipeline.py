@@ -227,6 +227,22 @@ class TextPipeline(Pipeline):
         return TextOutput(texts=texts, sequences=sequences, stats=out.stats)
 
     # --- command line -----------------------------------------------------
+    # --- batch protocol (see mmspec.common.batch) ------------------------
+    batch_fields = {"prompt": "text to continue"}
+    batch_suffix = ".txt"
+
+    def batch_input(self, record: dict, base_dir):
+        from mmspec.common.batch import text_field
+
+        return text_field(record, "prompt", self.batch_fields["prompt"])
+
+    def batch_generate(self, inputs: list, generators: list, call: dict):
+        out = self(inputs, generator=generators, **call)
+        return out.texts, out.stats
+
+    def batch_write(self, output, path) -> None:
+        Path(path).write_text(output + "\n")
+
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--prompt", action="append", default=[], help="text prompt (repeatable)")

@@ -305,6 +305,40 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
                 "fd_floor": metrics.frechet_distance(real_b, real_a),
                 "nll": metrics.target_nll(self.transformer, labels.to(self.device), codes)}
 
+    # --- batch protocol (see mmspec.common.batch) ------------------------
+    batch_suffix = ".png"
+
+    @property
+    def batch_fields(self) -> dict:
+        if self.is_class_conditional:
+            return {"class_label": f"int class index in [0, {self.num_classes})"}
+        return {"prompt": "text prompt"}
+
+    def batch_input(self, record: dict, base_dir):
+        (field, _), = self.batch_fields.items()
+        if field not in record:
+            raise ValueError(f"field {field!r} is missing ({self.batch_fields[field]})")
+        value = record[field]
+        if field == "class_label" and (isinstance(value, bool) or not isinstance(value, int)
+                                       or not 0 <= value < self.num_classes):
+            raise ValueError(f"field 'class_label' must be an int in [0, {self.num_classes}), got {value!r}")
+        if field == "prompt" and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"field 'prompt' must be a non-empty string, got {value!r}")
+        return value
+
+    def batch_generate(self, inputs: list, generators: list, call: dict):
+        key = "class_labels" if self.is_class_conditional else "prompt"
+        disabled = getattr(self, "_progress_bar_config", {}).get("disable")
+        self.set_progress_bar_config(disable=True)
+        try:
+            out = self(**{key: inputs}, generator=generators, output_type="pil", **call)
+        finally:
+            self.set_progress_bar_config(disable=disabled)
+        return out.images, out.stats
+
+    def batch_write(self, output, path) -> None:
+        output.save(path, format="PNG")
+
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--class-label", type=int, action="append", default=[],

@@ -1,0 +1,334 @@
+"""`mmspec batch`: generate for every line of a manifest, sharded over processes, resumable after a crash.
+
+    mmspec batch PLUGIN [--model NAME] --inputs manifest.jsonl --out DIR [--batch-size 8] [--set KEY=VALUE]
+    accelerate launch --num_processes N -m mmspec batch ...     (or torchrun --nproc_per_node N -m mmspec ...)
+    mmspec batch ... --engine ray                                (Ray Data; `pip install 'mmspec[dist]'`)
+
+Each manifest line is one JSON object in the pipeline's own input terms (`batch_fields`: a class label or
+prompt for images, an audio path for ASR, a text for TTS, a page path for documents, a prompt for text), with
+an optional `id` (the output's file name; default: the line's index) and `seed` (default: --seed + index).
+Every line is checked before any generation; a bad one is an error naming its line number and field.
+
+Out folder:
+    batch.json               what ran (plugin, model, settings, manifest digest); a resume must match it
+    samples/ID.png|wav|md..  one output per sample
+    samples/ID.json          its record: inputs, seed, output file and digest, decoding statistics
+    runs/RUN.rankR.jsonl     one line per decoded batch of every run (the compute spent, crashes included)
+    manifest.jsonl           every record, in input order (written when all samples are done)
+    summary.json             statistics summed over all samples and over all runs
+
+Writes are atomic (a temporary name, then rename), and a sample counts as done only when its record exists
+and its output's digest matches: a crash leaves no half file that passes for a finished one, and a resume
+redoes exactly the unfinished samples. Sample i draws only from its own generator, so the outputs do not
+depend on the number of processes or the batch size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .stats import DecodeStats
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+RESERVED_FIELDS = ("id", "seed")
+
+
+@dataclass
+class Sample:
+    index: int  # 0-based position in the manifest
+    line: int  # 1-based line number (for errors)
+    id: str
+    seed: int
+    fields: dict  # the pipeline's input fields as written in the manifest
+    input: object = None  # the pipeline's checked input (`batch_input`)
+
+
+def read_manifest(path: str | os.PathLike, seed: int) -> list[Sample]:
+    """Parse the manifest's lines (JSON syntax, `id`, `seed`); the pipeline checks its own fields after."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--inputs: no such manifest file: {str(path)!r}")
+    samples, seen = [], {}
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path.name} line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path.name} line {number}: must be a JSON object, got {type(record).__name__}")
+        index = len(samples)
+        sample_id = record.get("id", f"{index:06d}")
+        if not isinstance(sample_id, (str, int)) or isinstance(sample_id, bool) \
+                or not ID_PATTERN.fullmatch(str(sample_id)):
+            raise ValueError(f"{path.name} line {number}: field 'id' must be a string of letters, digits, '.', "
+                             f"'_' or '-' (1-100 characters, not starting with a symbol), got {sample_id!r}")
+        sample_id = str(sample_id)
+        if sample_id in seen:
+            raise ValueError(f"{path.name} line {number}: field 'id' {sample_id!r} repeats line {seen[sample_id]}")
+        seen[sample_id] = number
+        sample_seed = record.get("seed", seed + index)
+        if isinstance(sample_seed, bool) or not isinstance(sample_seed, int) or not 0 <= sample_seed < 2 ** 63:
+            raise ValueError(f"{path.name} line {number}: field 'seed' must be an int in [0, 2**63), "
+                             f"got {sample_seed!r}")
+        fields = {k: v for k, v in record.items() if k not in RESERVED_FIELDS}
+        samples.append(Sample(index, number, sample_id, sample_seed, fields))
+    if not samples:
+        raise ValueError(f"--inputs: {str(path)!r} has no samples (one JSON object per line)")
+    return samples
+
+
+def check_inputs(pipeline, samples: list[Sample], manifest: Path) -> None:
+    """Each sample's fields through the pipeline's `batch_input` (no model work), errors with line numbers."""
+    allowed = pipeline.batch_fields
+    if not allowed:
+        raise NotImplementedError(f"{type(pipeline).__name__} does not support `mmspec batch`")
+    for sample in samples:
+        unknown = sorted(set(sample.fields) - set(allowed))
+        where = f"{manifest.name} line {sample.line}"
+        if unknown:
+            fields = ", ".join(f"'{k}' ({v})" for k, v in allowed.items())
+            raise ValueError(f"{where}: unknown field {unknown[0]!r}; a {type(pipeline).__name__} line takes "
+                             f"{fields}, plus optional 'id' and 'seed'")
+        try:
+            sample.input = pipeline.batch_input(sample.fields, manifest.parent)
+        except (ValueError, FileNotFoundError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+
+def path_field(record: dict, field: str, base_dir: Path, what: str) -> str:
+    """A manifest field naming an existing file (relative paths are under the manifest's folder)."""
+    value = record.get(field)
+    if value is None:
+        raise ValueError(f"field {field!r} is missing ({what})")
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"field {field!r} must be a file path string ({what}), got {value!r}")
+    path = Path(value) if Path(value).is_absolute() else Path(base_dir) / value
+    if not path.is_file():
+        raise ValueError(f"field {field!r}: no such file {str(path)!r}")
+    return str(path)
+
+
+def text_field(record: dict, field: str, what: str) -> str:
+    value = record.get(field)
+    if value is None:
+        raise ValueError(f"field {field!r} is missing ({what})")
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"field {field!r} must be a non-empty string ({what}), got {value!r}")
+    return value
+
+
+# --- files ---------------------------------------------------------------------------------------------
+
+def write_atomic(path: Path, write) -> None:
+    """Call write(temporary_path), then rename it to `path`: readers see the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+
+
+def write_json_atomic(path: Path, value) -> None:
+    write_atomic(path, lambda p: p.write_text(json.dumps(value, indent=2) + "\n"))
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def record_path(out: Path, sample: Sample) -> Path:
+    return out / "samples" / f"{sample.id}.json"
+
+
+def finished_record(out: Path, sample: Sample) -> dict | None:
+    """The sample's record when the sample is completely written (record and output with its digest)."""
+    try:
+        record = json.loads(record_path(out, sample).read_text())
+        output = out / record["output"]
+        return record if output.is_file() and file_digest(output) == record["sha256"] else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_out_folder(out: Path, config: dict) -> None:
+    """A resumed run must be the same job: same plugin, model, settings and manifest."""
+    path = out / "batch.json"
+    if path.exists():
+        before = json.loads(path.read_text())
+        for key in sorted(set(before) | set(config)):
+            if before.get(key) != config.get(key):
+                raise ValueError(f"--out {str(out)!r} holds a batch with another {key} ({before.get(key)!r}, "
+                                 f"now {config.get(key)!r}); use a new --out folder to keep both")
+
+
+# --- one batch ----------------------------------------------------------------------------------------
+
+def sample_statistics(stats: DecodeStats, position: int, batch_size: int) -> dict:
+    """Sample `position`'s own decode statistics when the decode rows were the batch's samples in order,
+    else the batch's (marked as such)."""
+    if len(stats.row_forwards) == batch_size:
+        forwards, committed = stats.row_forwards[position], stats.row_committed[position]
+        return {"target_forwards": forwards, "tokens_committed": committed,
+                "mean_accepted": round(committed / max(1, forwards), 4)}
+    return {"of": "batch", "batch_size": batch_size, "target_nfe": stats.target_nfe,
+            "nfe_per_sample": round(stats.nfe_per_sample, 4), "mean_accepted": round(stats.mean_accepted, 4)}
+
+
+def generate_batch(pipeline, samples: list[Sample], out: Path, call: dict) -> DecodeStats:
+    """Generate one batch and write each sample's output, then its record (the record marks it done)."""
+    import torch
+
+    generators = [torch.Generator().manual_seed(s.seed) for s in samples]
+    outputs, stats = pipeline.batch_generate([s.input for s in samples], generators, call)
+    if len(outputs) != len(samples):
+        raise RuntimeError(f"{type(pipeline).__name__}.batch_generate returned {len(outputs)} outputs for "
+                           f"{len(samples)} inputs")
+    for position, (sample, output) in enumerate(zip(samples, outputs)):
+        name = Path("samples") / f"{sample.id}{pipeline.batch_suffix}"
+        write_atomic(out / name, lambda p, o=output: pipeline.batch_write(o, p))
+        record = {"id": sample.id, "index": sample.index, "inputs": sample.fields, "seed": sample.seed,
+                  "output": name.as_posix(), "sha256": file_digest(out / name),
+                  "stats": sample_statistics(stats, position, len(samples))}
+        write_json_atomic(record_path(out, sample), record)
+    return stats
+
+
+def batch_line(stats: DecodeStats, samples: list[Sample], seconds: float) -> str:
+    compact = stats.to_dict()
+    for name in ("row_forwards", "row_committed"):
+        compact.pop(name)
+    return json.dumps({"ids": [s.id for s in samples], "seconds": round(seconds, 4), "stats": compact})
+
+
+def build_pipeline(plugin: str, model: str | None, config: dict, device: str):
+    """The bundled pipeline `model` decoding with `plugin` (its `config`): what each process or actor runs."""
+    from .registry import get_plugin_class
+
+    plugin_cls = get_plugin_class(plugin)
+    return plugin_cls(**config).attach(plugin_cls.default_pipeline(model=model, device=device))
+
+
+# --- the whole job ------------------------------------------------------------------------------------
+
+def run_local(pipeline, todo: list[Sample], out: Path, call: dict, batch_size: int, log_path: Path,
+              show_progress: bool) -> int:
+    """Generate `todo` in batches of `batch_size` in this process; returns the samples written."""
+    from tqdm.auto import tqdm
+
+    done = 0
+    with tqdm(total=len(todo), unit="sample", disable=not show_progress, desc="mmspec batch") as bar, \
+            open(log_path, "a") as log:
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start:start + batch_size]
+            begin = time.perf_counter()
+            stats = generate_batch(pipeline, chunk, out, call)
+            log.write(batch_line(stats, chunk, time.perf_counter() - begin) + "\n")
+            log.flush()
+            done += len(chunk)
+            bar.update(len(chunk))
+    return done
+
+
+def read_run_logs(out: Path) -> tuple[DecodeStats, list[dict]]:
+    """Every run's batch lines summed (a line cut by a crash is skipped), and one summary per run file."""
+    total, runs = DecodeStats(), []
+    for path in sorted((out / "runs").glob("*.jsonl")):
+        samples, seconds = 0, 0.0
+        for text in path.read_text().splitlines():
+            try:
+                line = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            stats = DecodeStats(**{k: v for k, v in line["stats"].items() if k in DecodeStats.__dataclass_fields__})
+            total = total.merge(stats)
+            samples += len(line["ids"])
+            seconds += line["seconds"]
+        runs.append({"log": path.name, "samples": samples, "seconds": round(seconds, 3)})
+    return total, runs
+
+
+def write_results(out: Path, samples: list[Sample], config: dict) -> dict:
+    """manifest.jsonl (every record, input order) and summary.json; raises if a sample is unfinished."""
+    records = [finished_record(out, s) for s in samples]
+    missing = [s.id for s, r in zip(samples, records) if r is None]
+    if missing:
+        raise RuntimeError(f"{len(missing)} samples are not finished (first: {missing[0]!r}); run the same "
+                           "command again to complete them")
+    write_atomic(out / "manifest.jsonl",
+                 lambda p: p.write_text("".join(json.dumps(r) + "\n" for r in records)))
+    own = [r["stats"] for r in records if "target_forwards" in r["stats"]]
+    forwards = sum(s["target_forwards"] for s in own)
+    committed = sum(s["tokens_committed"] for s in own)
+    compute, runs = read_run_logs(out)
+    compute_dict = compute.to_dict()
+    for name in ("row_forwards", "row_committed"):
+        compute_dict.pop(name)
+    summary = {**config, "samples": len(records),
+               "per_sample": {"samples_with_own_statistics": len(own), "target_forwards": forwards,
+                              "tokens_committed": committed,
+                              "mean_accepted": round(committed / max(1, forwards), 4),
+                              "nfe_per_sample": round(forwards / max(1, len(own)), 4)},
+               "compute": compute_dict, "runs": runs}
+    write_json_atomic(out / "summary.json", summary)
+    return summary
+
+
+def run_batch(pipeline, *, plugin: str, model: str | None, inputs: str | os.PathLike, out: str | os.PathLike,
+              call: dict, config: dict, batch_size: int = 8, seed: int = 0, engine: str = "local",
+              engine_options: dict | None = None, process_state=None, progress: bool = True) -> dict | None:
+    """Run a whole manifest (see the module docstring); returns the summary on the main process.
+
+    process_state: an `accelerate.PartialState` (None: made here, which also works without a launcher)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"--batch-size must be an int >= 1, got {batch_size!r}")
+    if engine not in ("local", "ray"):
+        raise ValueError(f"--engine must be one of ['local', 'ray'], got {engine!r}")
+    manifest = Path(inputs)
+    samples = read_manifest(manifest, seed)
+    check_inputs(pipeline, samples, manifest)
+    out = Path(out)
+    job = {"plugin": plugin, "model": model, "pipeline": type(pipeline).__name__, "settings": call,
+           "plugin_config": config, "seed": seed, "manifest_sha256": file_digest(manifest)}
+    check_out_folder(out, job)
+
+    if process_state is None:
+        from accelerate import PartialState
+
+        process_state = PartialState()
+    if process_state.is_main_process:
+        write_json_atomic(out / "batch.json", job)
+    process_state.wait_for_everyone()
+    todo = [s for s in samples if finished_record(out, s) is None]
+    run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    if engine == "ray":
+        if process_state.num_processes > 1:
+            raise ValueError("--engine ray runs its own workers: launch it as one process, not with accelerate")
+        from functools import partial
+
+        from .batch_ray import run_ray
+
+        options = dict(engine_options or {})
+        device = options.pop("device", "cpu")
+        run_ray(pipeline, todo, out, call, batch_size, out / "runs" / f"{run_name}.ray.jsonl",
+                make_pipeline=partial(build_pipeline, plugin, model, config, device), base_dir=manifest.parent,
+                device=device, **options)
+    else:
+        with process_state.split_between_processes(todo) as mine:
+            log = out / "runs" / f"{run_name}.rank{process_state.process_index}.jsonl"
+            run_local(pipeline, mine, out, call, batch_size, log, progress and process_state.is_main_process)
+    process_state.wait_for_everyone()
+    if not process_state.is_main_process:
+        return None
+    return write_results(out, samples, job)

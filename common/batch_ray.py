@@ -1,0 +1,74 @@
+"""`mmspec batch --engine ray`: the same per-sample work as the local engine, as a Ray Data pipeline.
+
+    samples --from_items--> map_batches(BatchWorker, an actor pool) --> one log line per batch
+
+Each actor builds its own pipeline once (from the plugin, model and settings, not a pickled copy of the
+driver's) and writes outputs and records exactly as `mmspec.common.batch.generate_batch` does, so the files,
+the done-markers and resume are the same as with the local engine. On CPU every actor asks for a fraction of
+a CPU: with Ray's default of one CPU per actor, a 2-core machine deadlocks (Ray Data's own tasks need one
+too). On GPU each actor asks for one GPU.
+
+Ray runs in local mode when no cluster is running (`ray.init()` starts one in this process); on a cluster,
+start the driver where `ray.init(address="auto")` finds it (set RAY_ADDRESS) and the --out folder is on a
+file system every node shares.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .batch import Sample, batch_line, generate_batch
+
+
+class BatchWorker:
+    """One Ray actor: a pipeline built once, then one `generate_batch` per incoming batch."""
+
+    def __init__(self, make_pipeline, out: str, call: dict, base_dir: str):
+        self.pipeline = make_pipeline()
+        self.out, self.call, self.base_dir = Path(out), call, Path(base_dir)
+
+    def __call__(self, batch: dict) -> dict:
+        import time
+
+        samples = []
+        for text in batch["sample"]:
+            fields = json.loads(text)
+            sample = Sample(**fields)
+            sample.input = self.pipeline.batch_input(sample.fields, self.base_dir)
+            samples.append(sample)
+        begin = time.perf_counter()
+        stats = generate_batch(self.pipeline, samples, self.out, self.call)
+        return {"line": [batch_line(stats, samples, time.perf_counter() - begin)]}
+
+
+def run_ray(pipeline, todo: list[Sample], out: Path, call: dict, batch_size: int, log_path: Path, *,
+            make_pipeline, base_dir: Path, num_workers: int = 2, device: str = "cpu",
+            cpus_per_worker: float = 0.5) -> int:
+    """Generate `todo` on a Ray actor pool; returns the samples written. `pipeline` (the driver's) has
+    already checked the inputs; the actors build theirs with `make_pipeline` (picklable, no arguments)."""
+    import ray
+    import ray.data
+
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"--ray-workers must be an int >= 1, got {num_workers!r}")
+    if not todo:
+        return 0
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    items = [{"sample": json.dumps({"index": s.index, "line": s.line, "id": s.id, "seed": s.seed,
+                                    "fields": s.fields})} for s in todo]
+    resources = {"num_gpus": 1} if device == "cuda" else {"num_cpus": cpus_per_worker}
+    dataset = ray.data.from_items(items).map_batches(
+        BatchWorker, fn_constructor_kwargs={"make_pipeline": make_pipeline, "out": str(out), "call": call,
+                                            "base_dir": str(base_dir)},
+        batch_size=batch_size, concurrency=num_workers, batch_format="numpy", **resources)
+    written = 0
+    with open(log_path, "a") as log:
+        for row in dataset.iter_rows():
+            log.write(row["line"] + "\n")
+            log.flush()
+            written += len(json.loads(row["line"])["ids"])
+    return written

@@ -1,0 +1,164 @@
+"""`mmspec batch`: manifests in every pipeline's input terms, outputs independent of the process count and the
+batch size, atomic writes and resume after kill -9, statistics summed over runs, errors before any work."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mmspec.common import cli
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def write_manifest(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def batch(*args) -> int:
+    return cli.main(["batch", *map(str, args), "--quiet"])
+
+
+def outputs(out: Path) -> dict[str, bytes]:
+    """Every sample output and record, by file name (the run logs and summary hold timings, so not those)."""
+    return {p.name: p.read_bytes() for p in sorted((out / "samples").iterdir())} | \
+        {"manifest.jsonl": (out / "manifest.jsonl").read_bytes()}
+
+
+def asr_clips(n: int) -> list[dict]:
+    from mmspec.speech.data import load_test_set
+
+    return [{"audio": row["audio"]} for row in load_test_set()[:n]]
+
+
+def test_image_outputs_do_not_depend_on_process_count_or_batch_size(tmp_path):
+    manifest = write_manifest(tmp_path / "labels.jsonl", [{"class_label": 3}, {"class_label": 8, "id": "eight"}])
+    assert batch("lantern", "--inputs", manifest, "--out", tmp_path / "one", "--batch-size", 2) == 0
+    assert batch("lantern", "--inputs", manifest, "--out", tmp_path / "batch1", "--batch-size", 1) == 0
+    launched = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "-m", "mmspec",
+         "batch", "lantern", "--inputs", str(manifest), "--out", str(tmp_path / "two"), "--quiet"],
+        env=ENV, capture_output=True, text=True, timeout=600)
+    assert launched.returncode == 0, launched.stderr[-2000:]
+    assert len(list((tmp_path / "two" / "runs").glob("*.rank1.jsonl"))) == 1  # really two processes
+    single = outputs(tmp_path / "one")
+    assert set(single) == {"000000.png", "000000.json", "eight.png", "eight.json", "manifest.jsonl"}
+    assert outputs(tmp_path / "two") == single
+    assert outputs(tmp_path / "batch1") == single
+    record = json.loads(single["eight.json"])
+    assert record["inputs"] == {"class_label": 8} and record["seed"] == 1  # default seed: --seed + line index
+    assert record["stats"]["target_forwards"] < 256  # lantern's own count for this sample (256 codes)
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["samples"] == 2 and [r["samples"] for r in summary["runs"]] == [1, 1]
+
+
+def test_asr_kill_9_then_resume_equals_an_uninterrupted_run_and_redoes_a_truncated_file(tmp_path):
+    manifest = write_manifest(tmp_path / "clips.jsonl", asr_clips(10))
+    assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "straight", "--batch-size", 4) == 0
+    out = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, "-m", "mmspec", "batch", "ctc_draft", "--inputs", str(manifest),
+                                "--out", str(out), "--batch-size", "1", "--quiet"], env=ENV,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while not list(out.glob("samples/*.json")) and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    done = sorted(out.glob("samples/*.txt"))
+    assert 1 <= len(done) < 10 and not (out / "manifest.jsonl").exists()
+    done[0].write_text("tru")  # a file cut short: its digest no longer matches the record, so it is redone
+    assert batch("ctc_draft", "--inputs", manifest, "--out", out, "--batch-size", 3) == 0
+    assert outputs(out) == outputs(tmp_path / "straight")
+    assert not list(out.glob("samples/.*"))  # no temporary file left behind
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["runs"]) == 2 and summary["samples"] == 10
+    assert sum(r["samples"] for r in summary["runs"]) >= 10  # compute spent over both runs, redone samples too
+    assert summary["per_sample"]["samples_with_own_statistics"] == 10
+
+
+def test_asr_with_two_processes_and_on_ray_in_local_mode_equals_one_process(tmp_path):
+    manifest = write_manifest(tmp_path / "clips.jsonl", asr_clips(5))
+    assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "one", "--batch-size", 5) == 0
+    for engine, launcher in (("local", ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]),
+                             ("ray", [])):
+        run = subprocess.run([sys.executable, *launcher, "-m", "mmspec", "batch", "ctc_draft", "--inputs",
+                              str(manifest), "--out", str(tmp_path / engine), "--batch-size", "2", "--engine", engine,
+                              "--ray-workers", "2", "--quiet"], env=ENV, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert outputs(tmp_path / engine) == outputs(tmp_path / "one"), engine
+    assert len(list((tmp_path / "local" / "runs").glob("*.rank1.jsonl"))) == 1
+    assert [r["samples"] for r in json.loads((tmp_path / "ray" / "summary.json").read_text())["runs"]] == [5]
+
+
+@pytest.mark.parametrize("model, line, settings, suffix", [
+    ("text-tiny", {"prompt": "the model"}, ["max_new_tokens=6"], ".txt"),
+    ("tts-tiny", {"text": "hello there"}, ["max_new_frames=6"], ".wav"),
+    ("doc-tiny", {"page": "PAGE"}, ["max_new_tokens=6"], ".md"),
+])
+def test_every_modality_batches_its_own_inputs(tmp_path, model, line, settings, suffix):
+    if line.get("page") == "PAGE":
+        from mmspec.docs_parse.pages import load_held_out_set
+
+        line = {"page": load_held_out_set()[0]["image"]}
+    manifest = write_manifest(tmp_path / "m.jsonl", [line, {**line, "id": "again", "seed": 7}])
+    args = ["ar", "--model", model, "--inputs", manifest, "--out", tmp_path / "out", "--batch-size", 2]
+    with pytest.warns(UserWarning) if model != "text-tiny" else _nothing():  # cut short by the tiny limits
+        assert batch(*args, *[x for s in settings for x in ("--set", s)]) == 0
+    records = [json.loads(x) for x in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in records] == ["000000", "again"] and records[1]["seed"] == 7
+    assert all((tmp_path / "out" / r["output"]).suffix == suffix for r in records)
+    if model == "tts-tiny":  # its decode rows are frames, not texts: the record carries its batch's statistics
+        assert all(r["stats"]["of"] == "batch" and r["stats"]["batch_size"] == 2 for r in records)
+    else:
+        assert all(r["stats"]["target_forwards"] >= 1 for r in records)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("lines, message", [
+    (['{"class_label": 1}', "{not json"], "line 2: not valid JSON"),
+    (['{"class_label": 1, "id": "a/b"}'], "line 1: field 'id' must be a string of letters"),
+    (['{"class_label": 1, "id": "x"}', '', '{"class_label": 2, "id": "x"}'], "line 3: field 'id' 'x' repeats line 1"),
+    (['{"class_label": 1, "seed": -1}'], "line 1: field 'seed' must be an int"),
+    (['{"class_label": 1}', '{"class_label": 99}'], "line 2: field 'class_label' must be an int in [0, 10), got 99"),
+    (['{"prompt": "a cat"}'], "line 1: unknown field 'prompt'; a ARImagePipeline line takes 'class_label'"),
+    (['{"class_label": 1}', '{}'], "line 2: field 'class_label' is missing"),
+])
+def test_a_bad_manifest_line_is_one_error_naming_line_and_field_before_any_work(tmp_path, capsys, lines, message):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("\n".join(lines) + "\n")
+    assert batch("ar", "--inputs", manifest, "--out", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert f"mmspec batch: error: m.jsonl {message}" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_files_and_a_changed_job_are_refused_without_touching_what_is_written(tmp_path, capsys):
+    manifest = write_manifest(tmp_path / "m.jsonl", [{"audio": "missing.wav"}])
+    assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "out") == 2
+    assert f"m.jsonl line 1: field 'audio': no such file {str(tmp_path / 'missing.wav')!r}" in capsys.readouterr().err
+    (tmp_path / "image.wav").write_bytes(b"\x89PNG not audio")
+    write_manifest(manifest, [{"audio": "image.wav"}])
+    assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "out") == 2
+    assert "is not an audio file soundfile can read" in capsys.readouterr().err
+    write_manifest(manifest, asr_clips(2))
+    assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "out") == 0
+    before = outputs(tmp_path / "out")
+    assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "out", "--set", "mode=relaxed") == 2
+    assert "holds a batch with another plugin_config" in capsys.readouterr().err
+    assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "out", "--batch-size", 0) == 2
+    assert "--batch-size must be an int >= 1, got 0" in capsys.readouterr().err
+    assert outputs(tmp_path / "out") == before

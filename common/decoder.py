@@ -38,23 +38,40 @@ class DecodeStart:
 
 
 def begin_generation(target: ARModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                     prefill_input: tuple | None, generator) -> DecodeStart:
+                     prefill_input: tuple | None, generator, first_rows: int | None = None) -> DecodeStart:
     """Prefill all prompt tokens but the last one: every loop feeds the last prompt token with its first
     forward, so that forward already produces (or verifies) new tokens.
 
     `prefill_input` lets an adapter that needs more than ids (CFG: 2B rows) receive its own prefill
-    arguments; its last column must be the same tokens as input_ids'."""
+    arguments; its last column must be the same tokens as input_ids'. first_rows: prefill only the first
+    rows (continuous batching admits the others later with `prefill_rows`); ids and mask keep every row."""
     ids, mask, _ = left_align(input_ids, attention_mask)
     batch, device = ids.shape[0], target.device
     ids, mask = ids.to(device), mask.to(device)
     generator = check_generators(generator, batch)
     stats = DecodeStats(num_rows=batch)
     start_time = time.perf_counter()
-    pre_ids, pre_mask = (ids, mask) if prefill_input is None else left_align(*prefill_input)[:2]
-    state, pre_out = target.prefill(pre_ids[:, :-1].to(device), pre_mask[:, :-1].to(device))
-    stats.prefill_nfe += pre_out is not None
-    target.begin_decode(state, pre_ids[:, -1])
+    rows = torch.arange(batch if first_rows is None else first_rows)
+    state, fed = prefill_rows(target, ids, mask, prefill_input, rows)
+    stats.prefill_nfe += fed
     return DecodeStart(ids, mask, state, generator, stats, start_time)
+
+
+def prefill_rows(target: ARModel, ids: torch.Tensor, mask: torch.Tensor, prefill_input: tuple | None,
+                 rows: torch.Tensor) -> tuple[object, bool]:
+    """A new target state holding requests `rows` (indices into the left-aligned ids / mask) prefilled up to
+    their last prompt token; returns it and whether a forward ran."""
+    if prefill_input is None:
+        pre_ids, pre_mask = ids[rows.to(ids.device)], mask[rows.to(ids.device)]
+    else:
+        aligned = left_align(*prefill_input[:2])[:2]
+        if rows.numel() != ids.shape[0]:
+            aligned = target.prefill_input_rows(aligned, rows.to(aligned[0].device), ids.shape[0])
+        pre_ids, pre_mask = aligned
+    device = target.device
+    state, pre_out = target.prefill(pre_ids[:, :-1].to(device), pre_mask[:, :-1].to(device))
+    target.begin_decode(state, pre_ids[:, -1].to(device))
+    return state, pre_out is not None
 
 
 @dataclass
@@ -75,6 +92,10 @@ class Decoder(Protocol):
     needs more than ids (CFG: 2B rows) receive its own prefill arguments, its last column the same tokens
     as input_ids'. generator: None, one torch.Generator, or one per row (then row b's randomness depends
     on generator b only). callback(step, info) after every step, info = {"rows", "tokens", "num_accepted"}.
+
+    A decoder that also takes `max_batch_size=` decodes at most that many rows at once and, as rows
+    finish, admits the waiting ones into their places (continuous batching); `refill_blocker()` returns
+    None when it can, else why not (`Pipeline.run_decoder` then runs batches one after another).
     """
 
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
@@ -104,26 +125,46 @@ class SpeculativeDecoder:
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
 
+    def refill_blocker(self) -> str | None:
+        """None when this decoder can admit waiting rows into a running batch, else the reason it cannot."""
+        if not self.target.can_append_rows():
+            return f"the target adapter {type(self.target).__name__} cannot append rows to its state"
+        if self.drafter is not None and type(self.drafter).admit is Drafter.admit:
+            return f"the drafter {type(self.drafter).__name__} cannot admit rows into a running batch"
+        return None
+
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                  max_new_tokens: int, generator=None, prefill_input: tuple | None = None,
-                 callback=None) -> GenerationOutput:
-        """Generate up to max_new_tokens per row (the `Decoder` contract)."""
+                 callback=None, max_batch_size: int | None = None) -> GenerationOutput:
+        """Generate up to max_new_tokens per row (the `Decoder` contract). max_batch_size: decode at most
+        that many rows at once, admitting waiting rows as others finish (see `Decoder`)."""
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-        begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator)
+        total = input_ids.shape[0]
+        if max_batch_size is not None:
+            if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
+                raise ValueError(f"max_batch_size must be an int >= 1 or None, got {max_batch_size!r}")
+            blocker = self.refill_blocker() if max_batch_size < total else None
+            if blocker is not None:
+                raise ValueError(f"max_batch_size={max_batch_size} < {total} rows needs continuous batching, "
+                                 f"but {blocker}")
+        width = total if max_batch_size is None else min(max_batch_size, total)
+        begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator, width)
         ids, mask, state, generator, stats, start = (begun.ids, begun.mask, begun.state, begun.generator,
                                                      begun.stats, begun.start_time)
-        batch, device = ids.shape[0], self.target.device
+        device = self.target.device
         if self.drafter is not None:
-            self.drafter.begin(ids[:, :-1], mask[:, :-1])
+            self.drafter.begin(ids[:width, :-1], mask[:width, :-1])
 
-        out = torch.full((batch, max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
-        produced = torch.zeros(batch, dtype=torch.long, device=device)
-        rows = torch.arange(batch, device=device)  # original index of each active row
-        ctx = StepContext(last_tokens=ids[:, -1], positions=mask.sum(1) - 1, num_draft_tokens=self.num_draft_tokens,
-                          logits=self.logits, generator=generator,
-                          remaining=torch.full((batch,), max_new_tokens, dtype=torch.long, device=device))
+        out = torch.full((total, max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
+        produced = torch.zeros(total, dtype=torch.long, device=device)
+        rows = torch.arange(width, device=device)  # original index of each active row
+        waiting = list(range(width, total))  # rows not admitted yet, in input order
+        ctx = StepContext(last_tokens=ids[:width, -1], positions=mask[:width].sum(1) - 1,
+                          num_draft_tokens=self.num_draft_tokens, logits=self.logits,
+                          generator=generator[:width] if isinstance(generator, list) else generator,
+                          remaining=torch.full((width,), max_new_tokens, dtype=torch.long, device=device))
         step = 0
         while rows.numel():
             draft = self._draft(ctx, stats)
@@ -153,10 +194,38 @@ class SpeculativeDecoder:
                     ctx.remaining = ctx.remaining[keep]
                     if isinstance(ctx.generator, list):
                         ctx.generator = [ctx.generator[i] for i in keep.tolist()]
+                    if waiting:
+                        rows, ctx = self._admit(state, ctx, rows, waiting, width, ids, mask, prefill_input,
+                                                generator, max_new_tokens, stats)
             step += 1
         stats.tokens = int(produced.sum())
         stats.time_total_s = time.perf_counter() - start
         return GenerationOutput(sequences=out, lengths=produced, stats=stats)
+
+    def _admit(self, state, ctx: StepContext, rows, waiting: list, width: int, ids, mask, prefill_input,
+               generator, max_new_tokens: int, stats: DecodeStats):
+        """Prefill the next waiting rows into the places finished rows left (continuous batching)."""
+        take = torch.tensor(waiting[: width - rows.numel()], dtype=torch.long)
+        del waiting[: take.numel()]
+        new_state, fed = prefill_rows(self.target, ids, mask, prefill_input, take)
+        stats.prefill_nfe += fed
+        self.target.append_rows(state, new_state)
+        device = rows.device
+        take = take.to(device)
+        new_ctx = StepContext(last_tokens=ids[take, -1], positions=mask[take].sum(1) - 1,
+                              num_draft_tokens=self.num_draft_tokens, logits=self.logits,
+                              generator=[generator[i] for i in take.tolist()] if isinstance(generator, list)
+                              else generator,
+                              remaining=torch.full((take.numel(),), max_new_tokens, dtype=torch.long, device=device))
+        if self.drafter is not None:
+            self.drafter.admit(ids[take, :-1], mask[take, :-1], new_ctx)
+        stats.add("admitted_rows", take.numel())
+        merged = StepContext(
+            last_tokens=torch.cat([ctx.last_tokens, new_ctx.last_tokens]),
+            positions=torch.cat([ctx.positions, new_ctx.positions]), num_draft_tokens=self.num_draft_tokens,
+            logits=self.logits, generator=ctx.generator + new_ctx.generator if isinstance(generator, list)
+            else generator, remaining=torch.cat([ctx.remaining, new_ctx.remaining]))
+        return torch.cat([rows, take]), merged
 
     def _draft(self, ctx: StepContext, stats: DecodeStats) -> Draft:
         batch = ctx.last_tokens.shape[0]

@@ -51,6 +51,12 @@ class Drafter:
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only batch rows `rows` ([B'] long)."""
 
+    def admit(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, ctx: StepContext) -> None:
+        """Append rows for requests joining a running batch (continuous batching): their prompts without the
+        last token, as in `begin`, and their own step context (last token, position, generators). A drafter
+        that does not override this cannot take part in continuous batching."""
+        raise NotImplementedError(f"{type(self).__name__} cannot admit rows into a running batch")
+
 
 class DraftModelDrafter(Drafter):
     """A separate, smaller AR model drafts K tokens (chain) or a static tree of top-ranked tokens.
@@ -65,7 +71,7 @@ class DraftModelDrafter(Drafter):
         self.model = model
         self.tree = tree
         self.state: DecodeState | None = None
-        self._carry: torch.Tensor | None = None  # [B] token at position-1 that the draft cache lacks
+        self._carry: torch.Tensor | None = None  # [B] token at position-1 the draft cache lacks (-1: none)
 
     @property
     def vocab_size(self) -> int:
@@ -81,9 +87,13 @@ class DraftModelDrafter(Drafter):
         if self._carry is None:
             tokens, positions, nodes = last, pos, (root if tree is not None else None)
         else:
-            tokens = torch.cat([self._carry[:, None], last], 1)
+            has_carry = self._carry >= 0  # rows admitted since the last step have nothing to carry
+            tokens = torch.cat([self._carry.clamp(min=0)[:, None], last], 1)
             positions = torch.cat([pos - 1, pos], 1)
             nodes = torch.tensor([-1, 0]) if tree is not None else None
+            token_mask = None if bool(has_carry.all()) else torch.stack([has_carry, torch.ones_like(has_carry)], 1)
+            return self.model.forward(self.state, tokens, positions, tree=tree, tree_nodes=nodes,
+                                      token_mask=token_mask).logits[:, -1]
         return self.model.forward(self.state, tokens, positions, tree=tree, tree_nodes=nodes).logits[:, -1]
 
     def propose(self, ctx):
@@ -140,3 +150,9 @@ class DraftModelDrafter(Drafter):
         self.model.select_rows(self.state, rows)
         if self._carry is not None:
             self._carry = self._carry[rows]
+
+    def admit(self, input_ids, attention_mask, ctx):
+        new_state, _ = self.model.prefill(input_ids, attention_mask)
+        self.model.append_rows(self.state, new_state)
+        if self._carry is not None:
+            self._carry = torch.cat([self._carry, torch.full_like(ctx.last_tokens, -1)])

@@ -143,6 +143,44 @@ class ARModel:
         self._map_kv(state, lambda t: t.index_select(0, rows.to(t.device)))
         self._tidy(state)
 
+    def append_rows(self, state: DecodeState, other: DecodeState) -> None:
+        """Put the rows of `other` (a state of this adapter, e.g. newly prefilled requests) after `state`'s
+        rows, in place: continuous batching admits requests into a running batch this way."""
+        if not self.can_append_rows():
+            raise NotImplementedError(f"{type(self).__name__} keeps per-row data beyond its KV cache and does not "
+                                      "implement append_rows")
+        if state.slots.batch_size == 0:  # every running row had finished: the new rows are the batch
+            state.cache, state.slots = other.cache, other.slots
+            return
+        width = max(state.slots.num_slots, other.slots.num_slots)
+        theirs: list[torch.Tensor] = []
+        self._map_kv(other, lambda t: theirs.append(t) or t)
+        queue = iter(theirs)
+
+        def join(t: torch.Tensor) -> torch.Tensor:
+            new = next(queue, None)
+            if new is None:  # `other` fed nothing yet (an empty prompt): its rows hold no keys
+                new = t.new_zeros(other.slots.batch_size, t.shape[1], 0, t.shape[3])
+            widen = lambda x: torch.nn.functional.pad(x, (0, 0, 0, width - x.shape[2]))  # noqa: E731
+            return torch.cat([widen(t), widen(new.to(t.device, t.dtype))], 0)
+
+        self._map_kv(state, join)
+        if next(queue, None) is not None:
+            raise RuntimeError("append_rows: the running batch holds no keys yet; start it with its own prefill")
+        state.slots.append_rows(other.slots)
+        self._tidy(state)
+
+    def can_append_rows(self) -> bool:
+        """Whether `append_rows` is right for this adapter: it is when all per-row data lives in the KV cache
+        and the slot table (the class keeps the base `select_rows`), or when the class implements its own."""
+        cls = type(self)
+        return cls.append_rows is not ARModel.append_rows or cls.select_rows is ARModel.select_rows
+
+    def prefill_input_rows(self, prefill_input: tuple, rows: torch.Tensor, total: int) -> tuple:
+        """The `prefill_input` (ids, mask) of requests `rows` out of `total` (this adapter's row layout)."""
+        ids, mask = prefill_input[:2]
+        return ids[rows], mask[rows]
+
     def _tidy(self, state: DecodeState) -> None:
         drop = state.slots.trailing_dead()
         if drop:
@@ -293,9 +331,10 @@ class CFGModel(ARModel):
     def forward(self, state, tokens, positions, *, token_mask=None, tree=None, tree_nodes=None,
                 output_hidden=False, query_only=None):
         uncond_tokens = tokens
-        if "uncond_last" in state.extra:
+        if "uncond_last" in state.extra:  # -1: a row past its first step (admitted rows start later)
+            last = state.extra.pop("uncond_last").to(tokens.device)
             uncond_tokens = tokens.clone()
-            uncond_tokens[:, 0] = state.extra.pop("uncond_last").to(tokens.device)
+            uncond_tokens[:, 0] = torch.where(last >= 0, last, tokens[:, 0])
         out = self.base.forward(
             state, torch.cat([tokens, uncond_tokens], 0), self._double(state, positions),
             token_mask=None if token_mask is None else torch.cat([token_mask, token_mask], 0),
@@ -320,4 +359,23 @@ class CFGModel(ARModel):
         batch = state.extra["uncond_shift"].shape[0]
         self.base.select_rows(state, torch.cat([rows, rows + batch]))
         state.extra["uncond_shift"] = state.extra["uncond_shift"][rows.to(self.device)]
+
+    def append_rows(self, state, other):
+        old, new = state.extra["uncond_shift"].shape[0], other.extra["uncond_shift"].shape[0]
+        self.base.append_rows(state, other)  # [cond_old; uncond_old; cond_new; uncond_new]
+        order = torch.cat([torch.arange(old), 2 * old + torch.arange(new), old + torch.arange(old),
+                           2 * old + new + torch.arange(new)]).to(self.device)
+        self.base.select_rows(state, order)  # back to [cond; uncond]
+        lasts = [x.extra.get("uncond_last", torch.full((n,), -1, dtype=torch.long, device=self.device))
+                 for x, n in ((state, old), (other, new))]
+        state.extra["uncond_last"] = torch.cat([t.to(self.device) for t in lasts])
+        state.extra["uncond_shift"] = torch.cat([state.extra["uncond_shift"], other.extra["uncond_shift"].to(self.device)])
+
+    def can_append_rows(self) -> bool:
+        return self.base.can_append_rows()
+
+    def prefill_input_rows(self, prefill_input, rows, total):
+        ids, mask = prefill_input[:2]
+        both = torch.cat([rows, rows + total])
+        return ids[both], mask[both]
 

@@ -28,6 +28,14 @@ from .structure import TokenStructure
 PLUGIN_FILE = "mmspec_plugin.json"
 
 
+def refill_blocker(decoder) -> str | None:
+    """None when `decoder` does continuous batching (takes `max_batch_size=`), else why it does not."""
+    check = getattr(decoder, "refill_blocker", None)
+    if check is None:
+        return f"{type(decoder).__name__} runs a batch until its last row finishes"
+    return check()
+
+
 class Pipeline:
     """Base of every mmspec pipeline. Subclasses set `modality` and implement `token_structure`,
     `__call__` and the bench protocol; the rest has working defaults."""
@@ -64,11 +72,56 @@ class Pipeline:
         return decoder
 
     def run_decoder(self, request: DecodeRequest, input_ids, attention_mask=None, *, max_new_tokens: int,
-                    generator=None, prefill_input: tuple | None = None, callback=None) -> GenerationOutput:
-        """The one place a plugin's decoder runs: build it for this request, generate."""
+                    generator=None, prefill_input: tuple | None = None, callback=None,
+                    max_batch_size: int | None = None) -> GenerationOutput:
+        """The one place a plugin's decoder runs: build it for this request, generate.
+
+        max_batch_size: decode at most this many rows at once. A decoder that can (`refill_blocker()` is
+        None) admits waiting rows as others finish (continuous batching); any other runs the rows in
+        batches one after another. Either way each row's output is the same as decoding it alone."""
         decoder = self.build_decoder(request)
-        return decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
-                                prefill_input=prefill_input, callback=callback)
+        total = input_ids.shape[0]
+        if max_batch_size is not None and (isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int)
+                                           or max_batch_size < 1):
+            raise ValueError(f"max_batch_size must be an int >= 1 or None, got {max_batch_size!r}")
+        if max_batch_size is None or max_batch_size >= total:
+            return decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
+                                    prefill_input=prefill_input, callback=callback)
+        if refill_blocker(decoder) is None:
+            return decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
+                                    prefill_input=prefill_input, callback=callback, max_batch_size=max_batch_size)
+        return self._run_in_chunks(request, decoder, input_ids, attention_mask, max_new_tokens, generator,
+                                   prefill_input, callback, max_batch_size)
+
+    @staticmethod
+    def _run_in_chunks(request, decoder, input_ids, attention_mask, max_new_tokens, generator, prefill_input,
+                       callback, size) -> GenerationOutput:
+        """Rows in batches of `size`, one after another (decoders without continuous batching)."""
+        import torch
+
+        from .logits import check_generators
+
+        total = input_ids.shape[0]
+        generator = check_generators(generator, total)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+        parts, stats = [], DecodeStats()
+        for start in range(0, total, size):
+            rows = torch.arange(start, min(start + size, total))
+            part_input = None if prefill_input is None else \
+                request.target.prefill_input_rows(prefill_input, rows.to(prefill_input[0].device), total)
+
+            def shifted(step, info, offset=start):  # the callback sees row indices of the whole call
+                callback(step, {**info, "rows": info["rows"] + offset})
+
+            parts.append(decoder.generate(
+                input_ids[rows], attention_mask[rows], max_new_tokens=max_new_tokens,
+                generator=[generator[i] for i in rows.tolist()] if isinstance(generator, list) else generator,
+                prefill_input=part_input, callback=None if callback is None else shifted))
+            stats = stats.merge(parts[-1].stats)
+        stats.num_rows = total
+        return GenerationOutput(sequences=torch.cat([p.sequences for p in parts]),
+                                lengths=torch.cat([p.lengths for p in parts]), stats=stats)
 
     # --- plugins side by side --------------------------------------------------------------------
     def with_plugin(self, plugin) -> "Pipeline":

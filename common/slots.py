@@ -129,6 +129,19 @@ class SlotTable:
     def select_rows(self, rows: torch.Tensor) -> None:
         self.positions, self.live, self.tree_node = self.positions[rows], self.live[rows], self.tree_node[rows]
 
+    def append_rows(self, other: "SlotTable") -> None:
+        """Put `other`'s rows after this table's rows; the side with fewer slots gets dead ones at its end."""
+        if self.tree is not None or other.tree is not None:
+            raise RuntimeError("rows cannot be appended while a tree block is pending; call keep() first")
+        width = max(self.num_slots, other.num_slots)
+
+        def widen(t: torch.Tensor, fill) -> torch.Tensor:
+            return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=fill)
+
+        self.positions = torch.cat([widen(self.positions, 0), widen(other.positions.to(self.positions.device), 0)])
+        self.live = torch.cat([widen(self.live, False), widen(other.live.to(self.live.device), False)])
+        self.tree_node = torch.cat([widen(self.tree_node, -1), widen(other.tree_node.to(self.tree_node.device), -1)])
+
     def trailing_dead(self) -> int:
         """Number of slots at the end that are dead in every row (safe to drop physically)."""
         any_live = self.live.any(0)

@@ -122,6 +122,21 @@ class JacobiDrafter(Drafter):
             if value is not None:
                 setattr(self, name, value[rows.to(value.device)])
 
+    def admit(self, input_ids, attention_mask, ctx):
+        if self.drafts is None:  # nothing proposed yet: the first proposal starts every row's window
+            return
+        names = ("drafts", "draft_probs", "history", "history_len", "noise")
+        running = {name: getattr(self, name) for name in names}
+        self._first_window(ctx)  # the new rows' first windows, drawn from their own generators as alone
+        for name in names:
+            old, new = running[name], getattr(self, name)
+            if old is None:
+                continue
+            if name == "history":
+                width = max(old.shape[1], new.shape[1])
+                old, new = (torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in (old, new))
+            setattr(self, name, torch.cat([old, new.to(old.device)]))
+
     # --- helpers -----------------------------------------------------------
     def _first_window(self, ctx: StepContext) -> None:
         batch, k, device = ctx.last_tokens.shape[0], self.window, ctx.last_tokens.device

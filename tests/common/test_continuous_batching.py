@@ -1,0 +1,89 @@
+"""Continuous batching in the core loop: with max_batch_size below the number of rows, waiting rows are
+prefilled into the places finished rows leave, and every row's output equals decoding it alone — greedy and
+sampled (one generator per row), with a draft model, Jacobi windows, CFG pairs and ragged EOS."""
+
+import pytest
+import torch
+from tiny_models import perturbed_copy, tiny_llama
+
+from mmspec.common.accept import GreedyMatch, SpeculativeSampling
+from mmspec.common.decoder import SpeculativeDecoder
+from mmspec.common.draft import Drafter, DraftModelDrafter
+from mmspec.common.logits import LogitsPipeline
+from mmspec.common.model import CFGModel, HFCausalLM
+from mmspec.plugins.jacobi.drafter import JacobiDrafter
+
+EOS = 2
+ROWS = 7
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = tiny_llama(vocab_size=16, seed=5)
+    return target, perturbed_copy(target, 0.3)
+
+
+def decoder(kind, target, draft, logits):
+    rule = GreedyMatch() if logits.greedy else SpeculativeSampling()
+    adapter = HFCausalLM(target)
+    if kind == "cfg":
+        adapter = CFGModel(adapter, 2.0)
+    if kind in ("ar", "cfg"):
+        return SpeculativeDecoder(adapter, logits=logits, eos_token_id=EOS, pad_token_id=EOS)
+    drafter = DraftModelDrafter(HFCausalLM(draft)) if kind == "draft_model" else JacobiDrafter(16, 4)
+    return SpeculativeDecoder(adapter, drafter, rule, logits, num_draft_tokens=4, eos_token_id=EOS, pad_token_id=EOS)
+
+
+def prompts():
+    gen = torch.Generator().manual_seed(4)
+    lengths = [1, 4, 2, 5, 3, 1, 4]
+    ids = torch.zeros(ROWS, max(lengths), dtype=torch.long)
+    mask = torch.zeros_like(ids, dtype=torch.bool)
+    for row, n in enumerate(lengths):  # right-padded, ragged prompts
+        ids[row, :n], mask[row, :n] = torch.randint(4, 16, (n,), generator=gen), True
+    return ids, mask
+
+
+def run(kind, models, logits, rows, max_batch_size=None):
+    ids, mask = prompts()
+    ids, mask = ids[rows], mask[rows]
+    gens = [torch.Generator().manual_seed(100 + r) for r in rows]
+    prefill = None
+    if kind == "cfg":  # unconditional rows: the prompt with its first token replaced by 0
+        uncond = ids.clone()
+        uncond[:, 0] = 0
+        prefill = (torch.cat([ids, uncond]), torch.cat([mask, mask]))
+    return decoder(kind, *models, logits).generate(ids, mask, max_new_tokens=30, generator=gens,
+                                                   prefill_input=prefill, max_batch_size=max_batch_size)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("kind", ["ar", "draft_model", "jacobi", "cfg"])
+def test_refilled_rows_equal_each_row_alone(models, kind, temperature, torch_kernels):
+    logits = LogitsPipeline(temperature=temperature)
+    refilled = run(kind, models, logits, list(range(ROWS)), max_batch_size=3)
+    assert refilled.stats.extra["admitted_rows"] == ROWS - 3
+    assert refilled.stats.num_rows == ROWS and len(refilled.stats.row_forwards) == ROWS
+    lengths = []
+    for row in range(ROWS):
+        alone = run(kind, models, logits, [row])
+        n = int(alone.lengths[0])
+        assert int(refilled.lengths[row]) == n, f"row {row}"
+        assert torch.equal(refilled.sequences[row, :n], alone.sequences[0, :n]), f"row {row}"
+        assert refilled.stats.row_forwards[row] == alone.stats.target_nfe, f"row {row}"
+        lengths.append(n)
+    assert len(set(lengths)) > 2, "EOS must make the rows ragged for this test to mean anything"
+
+
+def test_a_decoder_that_cannot_refill_says_why_and_the_pipeline_hook_runs_batches_in_turn(models):
+    class Opaque(Drafter):  # keeps per-row state but never learnt to admit rows
+        def propose(self, ctx):
+            raise AssertionError("not reached")
+
+    opaque = SpeculativeDecoder(HFCausalLM(models[0]), Opaque(), num_draft_tokens=2)
+    assert "cannot admit rows" in opaque.refill_blocker()
+    with pytest.raises(ValueError, match="max_batch_size=2 < 7 rows needs continuous batching, but the drafter"):
+        opaque.generate(prompts()[0], prompts()[1], max_new_tokens=4, max_batch_size=2)
+    with pytest.raises(ValueError, match="max_batch_size must be an int >= 1 or None, got 0"):
+        decoder("ar", *models, LogitsPipeline(temperature=0)).generate(prompts()[0], max_new_tokens=4,
+                                                                        max_batch_size=0)

@@ -21,6 +21,11 @@ Writes are atomic (a temporary name, then rename), and a sample counts as done o
 and its output's digest matches: a crash leaves no half file that passes for a finished one, and a resume
 redoes exactly the unfinished samples. Sample i draws only from its own generator, so the outputs do not
 depend on the number of processes or the batch size.
+
+Where the plugin's decoder supports it (`Pipeline.continuous_batching_blocker`), a decode call takes
+REFILL_WINDOW batches' worth of samples and keeps --batch-size rows busy: a finished row's place goes to
+the next waiting sample at once, so ragged acceptance does not leave the batch half empty. The run says at
+its start whether this is on, and why not where it is off.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ from pathlib import Path
 from .stats import DecodeStats
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# With continuous batching, one decode call takes this many batches' worth of samples and keeps
+# --batch-size rows busy until the last few; its outputs are written when the call returns.
+REFILL_WINDOW = 8
 RESERVED_FIELDS = ("id", "seed")
 
 
@@ -185,11 +193,15 @@ def sample_statistics(stats: DecodeStats, position: int, batch_size: int) -> dic
             "nfe_per_sample": round(stats.nfe_per_sample, 4), "mean_accepted": round(stats.mean_accepted, 4)}
 
 
-def generate_batch(pipeline, samples: list[Sample], out: Path, call: dict) -> DecodeStats:
-    """Generate one batch and write each sample's output, then its record (the record marks it done)."""
+def generate_batch(pipeline, samples: list[Sample], out: Path, call: dict, max_batch_size: int | None = None
+                   ) -> DecodeStats:
+    """Generate one batch and write each sample's output, then its record (the record marks it done).
+    max_batch_size: rows decoded at once by continuous batching (None: the whole batch at once)."""
     import torch
 
     generators = [torch.Generator().manual_seed(s.seed) for s in samples]
+    if max_batch_size is not None and max_batch_size < len(samples):
+        call = {**call, "max_batch_size": max_batch_size}
     outputs, stats = pipeline.batch_generate([s.input for s in samples], generators, call)
     if len(outputs) != len(samples):
         raise RuntimeError(f"{type(pipeline).__name__}.batch_generate returned {len(outputs)} outputs for "
@@ -222,17 +234,18 @@ def build_pipeline(plugin: str, model: str | None, config: dict, device: str):
 # --- the whole job ------------------------------------------------------------------------------------
 
 def run_local(pipeline, todo: list[Sample], out: Path, call: dict, batch_size: int, log_path: Path,
-              show_progress: bool) -> int:
-    """Generate `todo` in batches of `batch_size` in this process; returns the samples written."""
+              show_progress: bool, refill: bool) -> int:
+    """Generate `todo` in this process, `batch_size` rows at a time (refill: continuous batching over calls
+    of REFILL_WINDOW batches); returns the samples written."""
     from tqdm.auto import tqdm
 
-    done = 0
+    done, per_call = 0, batch_size * (REFILL_WINDOW if refill else 1)
     with tqdm(total=len(todo), unit="sample", disable=not show_progress, desc="mmspec batch") as bar, \
             open(log_path, "a") as log:
-        for start in range(0, len(todo), batch_size):
-            chunk = todo[start:start + batch_size]
+        for start in range(0, len(todo), per_call):
+            chunk = todo[start:start + per_call]
             begin = time.perf_counter()
-            stats = generate_batch(pipeline, chunk, out, call)
+            stats = generate_batch(pipeline, chunk, out, call, batch_size if refill else None)
             log.write(batch_line(stats, chunk, time.perf_counter() - begin) + "\n")
             log.flush()
             done += len(chunk)
@@ -258,7 +271,7 @@ def read_run_logs(out: Path) -> tuple[DecodeStats, list[dict]]:
     return total, runs
 
 
-def write_results(out: Path, samples: list[Sample], config: dict) -> dict:
+def write_results(out: Path, samples: list[Sample], config: dict, refill_blocker: str | None) -> dict:
     """manifest.jsonl (every record, input order) and summary.json; raises if a sample is unfinished."""
     records = [finished_record(out, s) for s in samples]
     missing = [s.id for s, r in zip(samples, records) if r is None]
@@ -274,7 +287,8 @@ def write_results(out: Path, samples: list[Sample], config: dict) -> dict:
     compute_dict = compute.to_dict()
     for name in ("row_forwards", "row_committed"):
         compute_dict.pop(name)
-    summary = {**config, "samples": len(records),
+    summary = {**config, "samples": len(records), "continuous_batching": refill_blocker is None,
+               **({} if refill_blocker is None else {"continuous_batching_off_because": refill_blocker}),
                "per_sample": {"samples_with_own_statistics": len(own), "target_forwards": forwards,
                               "tokens_committed": committed,
                               "mean_accepted": round(committed / max(1, forwards), 4),
@@ -301,6 +315,7 @@ def run_batch(pipeline, *, plugin: str, model: str | None, inputs: str | os.Path
     job = {"plugin": plugin, "model": model, "pipeline": type(pipeline).__name__, "settings": call,
            "plugin_config": config, "seed": seed, "manifest_sha256": file_digest(manifest)}
     check_out_folder(out, job)
+    blocker = pipeline.continuous_batching_blocker()
 
     if process_state is None:
         from accelerate import PartialState
@@ -308,6 +323,11 @@ def run_batch(pipeline, *, plugin: str, model: str | None, inputs: str | os.Path
         process_state = PartialState()
     if process_state.is_main_process:
         write_json_atomic(out / "batch.json", job)
+        if progress:
+            import sys
+
+            print("mmspec batch: continuous batching " + ("on" if blocker is None else f"off: {blocker}"),
+                  file=sys.stderr)
     process_state.wait_for_everyone()
     todo = [s for s in samples if finished_record(out, s) is None]
     run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -323,12 +343,13 @@ def run_batch(pipeline, *, plugin: str, model: str | None, inputs: str | os.Path
         device = options.pop("device", "cpu")
         run_ray(pipeline, todo, out, call, batch_size, out / "runs" / f"{run_name}.ray.jsonl",
                 make_pipeline=partial(build_pipeline, plugin, model, config, device), base_dir=manifest.parent,
-                device=device, **options)
+                device=device, refill=blocker is None, **options)
     else:
         with process_state.split_between_processes(todo) as mine:
             log = out / "runs" / f"{run_name}.rank{process_state.process_index}.jsonl"
-            run_local(pipeline, mine, out, call, batch_size, log, progress and process_state.is_main_process)
+            run_local(pipeline, mine, out, call, batch_size, log, progress and process_state.is_main_process,
+                      refill=blocker is None)
     process_state.wait_for_everyone()
     if not process_state.is_main_process:
         return None
-    return write_results(out, samples, job)
+    return write_results(out, samples, job, blocker)

@@ -18,15 +18,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .batch import Sample, batch_line, generate_batch
+from .batch import REFILL_WINDOW, Sample, batch_line, generate_batch
 
 
 class BatchWorker:
     """One Ray actor: a pipeline built once, then one `generate_batch` per incoming batch."""
 
-    def __init__(self, make_pipeline, out: str, call: dict, base_dir: str):
+    def __init__(self, make_pipeline, out: str, call: dict, base_dir: str, max_batch_size: int | None):
         self.pipeline = make_pipeline()
         self.out, self.call, self.base_dir = Path(out), call, Path(base_dir)
+        self.max_batch_size = max_batch_size
 
     def __call__(self, batch: dict) -> dict:
         import time
@@ -38,13 +39,13 @@ class BatchWorker:
             sample.input = self.pipeline.batch_input(sample.fields, self.base_dir)
             samples.append(sample)
         begin = time.perf_counter()
-        stats = generate_batch(self.pipeline, samples, self.out, self.call)
+        stats = generate_batch(self.pipeline, samples, self.out, self.call, self.max_batch_size)
         return {"line": [batch_line(stats, samples, time.perf_counter() - begin)]}
 
 
 def run_ray(pipeline, todo: list[Sample], out: Path, call: dict, batch_size: int, log_path: Path, *,
             make_pipeline, base_dir: Path, num_workers: int = 2, device: str = "cpu",
-            cpus_per_worker: float = 0.5) -> int:
+            cpus_per_worker: float = 0.5, refill: bool = False) -> int:
     """Generate `todo` on a Ray actor pool; returns the samples written. `pipeline` (the driver's) has
     already checked the inputs; the actors build theirs with `make_pipeline` (picklable, no arguments)."""
     import ray
@@ -61,10 +62,12 @@ def run_ray(pipeline, todo: list[Sample], out: Path, call: dict, batch_size: int
     items = [{"sample": json.dumps({"index": s.index, "line": s.line, "id": s.id, "seed": s.seed,
                                     "fields": s.fields})} for s in todo]
     resources = {"num_gpus": 1} if device == "cuda" else {"num_cpus": cpus_per_worker}
+    per_call = batch_size * (REFILL_WINDOW if refill else 1)
     dataset = ray.data.from_items(items).map_batches(
         BatchWorker, fn_constructor_kwargs={"make_pipeline": make_pipeline, "out": str(out), "call": call,
-                                            "base_dir": str(base_dir)},
-        batch_size=batch_size, concurrency=num_workers, batch_format="numpy", **resources)
+                                            "base_dir": str(base_dir),
+                                            "max_batch_size": batch_size if refill else None},
+        batch_size=per_call, concurrency=num_workers, batch_format="numpy", **resources)
     written = 0
     with open(log_path, "a") as log:
         for row in dataset.iter_rows():

@@ -190,6 +190,11 @@ class Pipeline:
         """(title, intro, markdown table) sections of BENCHMARKS.md for this pipeline's bench rows."""
         return []
 
+    def continuous_batching_blocker(self) -> str | None:
+        """None when `__call__(..., max_batch_size=)` refills rows with the attached plugin (continuous
+        batching), else why not. Pipelines whose `__call__` takes max_batch_size override this."""
+        return f"{type(self).__name__} does not take max_batch_size"
+
     # --- batch protocol (mmspec batch, mmspec.common.batch) ----------------------------------------
     batch_fields: dict = {}  # manifest field -> what it holds; the runner rejects lines with other fields
     batch_suffix: str = ".json"  # the extension of one sample's output file

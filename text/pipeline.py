@@ -208,7 +208,11 @@ class TextPipeline(Pipeline):
 
     @torch.no_grad()
     def __call__(self, prompts, max_new_tokens: int = 96, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, generator=None, return_dict: bool = True):
+                 top_p: float | None = None, generator=None, return_dict: bool = True,
+                 max_batch_size: int | None = None):
+        """Continue `prompts`. max_batch_size: decode at most this many prompts at once, starting the next
+        waiting one as soon as one finishes (continuous batching, where the plugin's decoder supports it);
+        None: all at once."""
         if isinstance(prompts, str):
             prompts = [prompts]
         if not isinstance(prompts, (list, tuple)) or not prompts or any(not isinstance(p, str) for p in prompts):
@@ -219,7 +223,8 @@ class TextPipeline(Pipeline):
                                 pad_token_id=self.eos_token_id,
                                 draft_model=None if draft is None else HFCausalLM(draft))
         ids, mask = self.encode_batch(list(prompts))
-        out = self.run_decoder(request, ids, mask, max_new_tokens=max_new_tokens, generator=generator)
+        out = self.run_decoder(request, ids, mask, max_new_tokens=max_new_tokens, generator=generator,
+                               max_batch_size=max_batch_size)
         sequences = out.tolist()
         texts = [self.decode_tokens(s) for s in sequences]
         if not return_dict:
@@ -227,6 +232,14 @@ class TextPipeline(Pipeline):
         return TextOutput(texts=texts, sequences=sequences, stats=out.stats)
 
     # --- command line -----------------------------------------------------
+    def continuous_batching_blocker(self) -> str | None:
+        from mmspec.common.pipeline import refill_blocker
+
+        draft = self.draft_model
+        request = DecodeRequest(self.target, LogitsPipeline(), self.token_structure, eos_token_id=self.eos_token_id,
+                                pad_token_id=self.eos_token_id, draft_model=None if draft is None else HFCausalLM(draft))
+        return refill_blocker(self.build_decoder(request))
+
     # --- batch protocol (see mmspec.common.batch) ------------------------
     batch_fields = {"prompt": "text to continue"}
     batch_suffix = ".txt"

@@ -193,14 +193,17 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
     def __call__(self, class_labels=None, guidance_scale: float = 3.0, num_images_per_prompt: int = 1,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, generator=None,
                  output_type: str = "pil", return_dict: bool = True, callback_on_step_end=None, *,
-                 prompt=None, negative_prompt=None, height: int | None = None, width: int | None = None):
+                 prompt=None, negative_prompt=None, height: int | None = None, width: int | None = None,
+                 max_batch_size: int | None = None):
         """Generate images for `class_labels` (class-conditional transformer) or `prompt` (text-to-image).
 
         guidance_scale: classifier-free guidance u + s·(c − u) (1: none). negative_prompt (text-to-image, with
         guidance): one string or one per prompt, the unconditional prompts; default: the model's own
         unconditional prompt (`mmspec.vision.models`). num_images_per_prompt: images per label / prompt,
         consecutive. generator: one, or one per image (then image i's randomness depends on generator i only).
-        height, width: pixels; only Emu3 takes other sizes than its fixed one.
+        height, width: pixels; only Emu3 takes other sizes than its fixed one. max_batch_size: decode at most
+        this many images at once, starting the next waiting image as soon as one finishes (continuous
+        batching, where the plugin's decoder supports it; otherwise batches in turn); None: all at once.
         """
         inputs = self.check_inputs(class_labels, guidance_scale, num_images_per_prompt, output_type,
                                    prompt=prompt, negative_prompt=negative_prompt, height=height, width=width)
@@ -223,13 +226,14 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
             both, both_mask = _left_pad(rows + uncond, model.pad_token_id)  # [cond; uncond] rows for CFGModel
             target, prefill = CFGModel(adapter, guidance_scale), (model.prompt_ids(both), both_mask)
         out = self._run_decoder(target, logits, model.prompt_ids(ids), mask, prefill, grid, generator,
-                                callback_on_step_end)
+                                callback_on_step_end, max_batch_size)
         images = self.postprocess(self.decode_tokens(out.sequences, grid), output_type)
         if not return_dict:
             return images, out.stats
         return ARImagePipelineOutput(images=images, tokens=out.sequences, stats=out.stats)
 
-    def _run_decoder(self, target, logits, input_ids, attention_mask, prefill, grid, generator, callback):
+    def _run_decoder(self, target, logits, input_ids, attention_mask, prefill, grid, generator, callback,
+                     max_batch_size=None):
         request = DecodeRequest(target, logits, self.code_structure(grid))
         total = grid[0] * grid[1]
         with self.progress_bar(total=total * input_ids.shape[0]) as bar:
@@ -239,7 +243,7 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
                     callback(self, step, None, {"tokens": info["tokens"]})
 
             return self.run_decoder(request, input_ids, attention_mask, max_new_tokens=total, generator=generator,
-                                    prefill_input=prefill, callback=on_step)
+                                    prefill_input=prefill, callback=on_step, max_batch_size=max_batch_size)
 
     @torch.no_grad()
     def decode_tokens(self, codes: torch.Tensor, grid: tuple[int, int] | None = None) -> torch.Tensor:
@@ -304,6 +308,13 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
                 "fd": metrics.frechet_distance(fake, real_a),
                 "fd_floor": metrics.frechet_distance(real_b, real_a),
                 "nll": metrics.target_nll(self.transformer, labels.to(self.device), codes)}
+
+    def continuous_batching_blocker(self) -> str | None:
+        from mmspec.common.pipeline import refill_blocker
+
+        grid = self.image_model.code_grid(None, None)
+        target = CFGModel(self.image_model.adapter(grid), self.call_defaults["guidance_scale"])
+        return refill_blocker(self.build_decoder(DecodeRequest(target, LogitsPipeline(), self.code_structure(grid))))
 
     # --- batch protocol (see mmspec.common.batch) ------------------------
     batch_suffix = ".png"

@@ -136,6 +136,7 @@ class _Verified:
     features: torch.Tensor  # [R, n, H]; R = B (or 2B with CFG: cond rows then uncond rows), right-aligned
     tokens: torch.Tensor  # [B, n] the token that follows each feature's position
     positions: torch.Tensor  # [B, n] head position of each pair; -1 marks left padding
+    query_only: torch.Tensor | None = None  # [B, n] bool; True: a row's bootstrap pair (admitted mid-batch)
 
 
 class EagleDrafter(Drafter):
@@ -189,7 +190,8 @@ class EagleDrafter(Drafter):
         v = self.verified
         valid = v.positions >= 0
         out = self.bound.run(self.state, self._rows(v.tokens), v.features, self._rows(v.positions.clamp(min=0)),
-                             token_mask=self._rows(valid))
+                             token_mask=self._rows(valid),
+                             query_only=None if v.query_only is None else self._rows(v.query_only))
         return out[:, -1:]
 
     # -- the Drafter protocol ----------------------------------------------
@@ -273,7 +275,33 @@ class EagleDrafter(Drafter):
         both = rows if self._halves == 1 else torch.cat([rows, rows + batch])
         self.bound.select_rows(self.state, both)
         v = self.verified
-        self.verified = _Verified(v.features[both], v.tokens[rows], v.positions[rows])
+        self.verified = _Verified(v.features[both], v.tokens[rows], v.positions[rows],
+                                  None if v.query_only is None else v.query_only[rows])
+
+    def admit(self, input_ids, attention_mask, ctx):
+        """New rows start as a first step does: an empty head cache and the bootstrap pair (the newest token
+        with a zero feature, query-only), fed with the running rows' verified pairs at the next proposal."""
+        v, new = self.verified, ctx.last_tokens.shape[0]
+        old, width = v.tokens.shape
+        device = v.tokens.device
+        self.bound.append_rows(self.state, self.bound.new_state(self._halves * new))
+        if self._halves == 2:  # [cond_old; uncond_old; cond_new; uncond_new] -> [cond; uncond]
+            order = torch.cat([torch.arange(old), 2 * old + torch.arange(new), old + torch.arange(old),
+                               2 * old + new + torch.arange(new)]).to(device)
+            self.bound.select_rows(self.state, order)
+        tokens = torch.zeros(new, width, dtype=torch.long, device=device)
+        tokens[:, -1] = ctx.last_tokens.to(device)
+        positions = torch.full((new, width), -1, dtype=torch.long, device=device)
+        positions[:, -1] = (ctx.positions.to(device) - 1).clamp(min=0)
+        query_only = torch.zeros(old + new, width, dtype=torch.bool, device=device)
+        if v.query_only is not None:
+            query_only[:old] = v.query_only
+        query_only[old:, -1] = True
+        zeros = v.features.new_zeros(new, width, v.features.shape[-1])
+        halves = v.features.chunk(self._halves, 0)
+        features = torch.cat([part for half in halves for part in (half, zeros)])
+        self.verified = _Verified(features, torch.cat([v.tokens, tokens]), torch.cat([v.positions, positions]),
+                                  query_only)
 
 
 def load_bundled_head(device="cpu") -> EagleHead:

@@ -56,6 +56,8 @@ def test_image_outputs_do_not_depend_on_process_count_or_batch_size(tmp_path):
     assert record["stats"]["target_forwards"] < 256  # lantern's own count for this sample (256 codes)
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert summary["samples"] == 2 and [r["samples"] for r in summary["runs"]] == [1, 1]
+    one_row = json.loads((tmp_path / "batch1" / "summary.json").read_text())  # one row, refilled once
+    assert one_row["continuous_batching"] and one_row["compute"]["extra"]["admitted_rows"] == 1
 
 
 def test_asr_kill_9_then_resume_equals_an_uninterrupted_run_and_redoes_a_truncated_file(tmp_path):
@@ -81,6 +83,7 @@ def test_asr_kill_9_then_resume_equals_an_uninterrupted_run_and_redoes_a_truncat
     assert len(summary["runs"]) == 2 and summary["samples"] == 10
     assert sum(r["samples"] for r in summary["runs"]) >= 10  # compute spent over both runs, redone samples too
     assert summary["per_sample"]["samples_with_own_statistics"] == 10
+    assert not summary["continuous_batching"] and "ASRPipeline" in summary["continuous_batching_off_because"]
 
 
 def test_asr_with_two_processes_and_on_ray_in_local_mode_equals_one_process(tmp_path):

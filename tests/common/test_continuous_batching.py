@@ -1,6 +1,6 @@
 """Continuous batching in the core loop: with max_batch_size below the number of rows, waiting rows are
 prefilled into the places finished rows leave, and every row's output equals decoding it alone — greedy and
-sampled (one generator per row), with a draft model, Jacobi windows, CFG pairs and ragged EOS."""
+sampled (one generator per row), with a draft model, Jacobi windows, an EAGLE head, CFG pairs and ragged EOS."""
 
 import pytest
 import torch
@@ -12,6 +12,7 @@ from mmspec.common.draft import Drafter, DraftModelDrafter
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import CFGModel, HFCausalLM
 from mmspec.plugins.jacobi.drafter import JacobiDrafter
+from mmspec.plugins.lantern.drafter import EagleDrafter, EagleHead
 
 EOS = 2
 ROWS = 7
@@ -26,11 +27,15 @@ def models():
 def decoder(kind, target, draft, logits):
     rule = GreedyMatch() if logits.greedy else SpeculativeSampling()
     adapter = HFCausalLM(target)
-    if kind == "cfg":
+    if kind in ("cfg", "eagle_cfg"):
         adapter = CFGModel(adapter, 2.0)
     if kind in ("ar", "cfg"):
         return SpeculativeDecoder(adapter, logits=logits, eos_token_id=EOS, pad_token_id=EOS)
-    drafter = DraftModelDrafter(HFCausalLM(draft)) if kind == "draft_model" else JacobiDrafter(16, 4)
+    if kind == "eagle_cfg":  # an untrained head drafts poorly but verifiably: acceptance is ragged
+        torch.manual_seed(0)
+        drafter = EagleDrafter(EagleHead.for_target(adapter), adapter)
+    else:
+        drafter = DraftModelDrafter(HFCausalLM(draft)) if kind == "draft_model" else JacobiDrafter(16, 4)
     return SpeculativeDecoder(adapter, drafter, rule, logits, num_draft_tokens=4, eos_token_id=EOS, pad_token_id=EOS)
 
 
@@ -49,7 +54,7 @@ def run(kind, models, logits, rows, max_batch_size=None):
     ids, mask = ids[rows], mask[rows]
     gens = [torch.Generator().manual_seed(100 + r) for r in rows]
     prefill = None
-    if kind == "cfg":  # unconditional rows: the prompt with its first token replaced by 0
+    if kind in ("cfg", "eagle_cfg"):  # unconditional rows: the prompt with its first token replaced by 0
         uncond = ids.clone()
         uncond[:, 0] = 0
         prefill = (torch.cat([ids, uncond]), torch.cat([mask, mask]))
@@ -58,7 +63,7 @@ def run(kind, models, logits, rows, max_batch_size=None):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("kind", ["ar", "draft_model", "jacobi", "cfg"])
+@pytest.mark.parametrize("kind", ["ar", "draft_model", "jacobi", "cfg", "eagle_cfg"])
 def test_refilled_rows_equal_each_row_alone(models, kind, temperature, torch_kernels):
     logits = LogitsPipeline(temperature=temperature)
     refilled = run(kind, models, logits, list(range(ROWS)), max_batch_size=3)

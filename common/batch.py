@@ -20,7 +20,12 @@ Out folder:
 Writes are atomic (a temporary name, then rename), and a sample counts as done only when its record exists
 and its output's digest matches: a crash leaves no half file that passes for a finished one, and a resume
 redoes exactly the unfinished samples. Sample i draws only from its own generator, so the outputs do not
-depend on the number of processes or the batch size.
+depend on the number of processes or the batch size — exactly so under greedy decoding. Under sampling
+they are equal as far as the backend's float rounding is independent of the batch's shape, which CPU and
+GPU matrix kernels do not promise: a logit that moves in its last bits can move a sampled token whose
+uniform draw sits on a CDF boundary (on the bundled image model, CPU, temperature 1: about one image in
+ten differs somewhere between batch 1 and batch 4, plain AR included). Batch-invariant kernels would close
+this; until then, compare sampled runs by distribution, not bytes.
 
 Where the plugin's decoder supports it (`Pipeline.continuous_batching_blocker`), a decode call takes
 REFILL_WINDOW batches' worth of samples and keeps --batch-size rows busy: a finished row's place goes to

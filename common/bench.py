@@ -220,7 +220,16 @@ def format_peers(results: list[dict]) -> str:
                       "peer exact match vs AR |", "|---|---|---|---|---|"] + lines)
 
 
+def plugin_rows(results: list[dict]) -> list[dict]:
+    """The AR-vs-plugin rows (the bench JSON also holds `kind: "refill"` rows, see `bench_refill`)."""
+    return [r for r in results if r.get("kind", "plugin") == "plugin"]
+
+
 def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
+    from .bench_refill import REFILL_INTRO, format_refill_table
+
+    refills = [r for r in results if r.get("kind") == "refill"]
+    results = plugin_rows(results)
     env = results[0]["environment"] if results else {}
     text = [
         "# Benchmarks",
@@ -238,6 +247,8 @@ def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
     peers = format_peers(results)
     if peers:
         text += ["## Side by side with peer implementations", "", peers, ""]
+    if refills:
+        text += ["## Continuous batching", "", REFILL_INTRO, "", format_refill_table(refills), ""]
     text += ["## Acceptance per draft position", ""]
     for r in results:
         acc = r["accelerated"]["acceptance_per_position"]
@@ -271,6 +282,8 @@ def run_all(markdown: str | Path | None, json_path: str | Path | None, device: s
         if json_path:  # after every row, so a long run that is interrupted keeps what it measured
             Path(json_path).write_text(json.dumps(results, indent=2))
 
+    from .bench_refill import REFILL_ROWS, run_refill_bench
+
     if "ar" in selected:  # plain-AR rows that document a bundled model's own quality, as it declares them
         for model in bundled_models():
             for settings in bundled_model_info(model).bench_ar_rows:
@@ -284,6 +297,9 @@ def run_all(markdown: str | Path | None, json_path: str | Path | None, device: s
             add(run_bench(name, model=variant.get("model"), device=device, seed=seed, progress=progress,
                           num_samples=variant.get("num_samples"), batch_size=variant.get("batch_size", 1),
                           settings=variant.get("settings")))
+        for row in REFILL_ROWS:
+            if row["plugin"] == name:
+                add(run_refill_bench(name, model=row.get("model"), device=device, seed=seed, progress=progress))
     if markdown:
         json_arg = f" --json {Path(json_path).name}" if json_path else ""
         write_markdown(results, markdown, f"mmspec bench --all{json_arg} --markdown {Path(markdown).name}")

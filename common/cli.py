@@ -21,7 +21,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import format_peers, format_table, parse_settings, run_all, run_bench, write_markdown
+    from .bench import format_peers, format_table, parse_settings, plugin_rows, run_all, run_bench, write_markdown
 
     log = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     if args.all:
@@ -32,6 +32,16 @@ def cmd_bench(args) -> int:
     else:
         if not args.plugin:
             raise SystemExit(f"mmspec bench: name a PLUGIN (one of {', '.join(list_plugins())}) or use --all")
+        if args.refill:
+            from .bench_refill import format_refill_table, run_refill_bench
+
+            row = run_refill_bench(args.plugin, model=args.model, num_samples=args.num_samples,
+                                   batch_size=args.batch_size, seed=args.seed, device=args.device,
+                                   settings=parse_settings(args.set), progress=log)
+            if args.json:
+                Path(args.json).write_text(json.dumps(row, indent=2))
+            print(format_refill_table([row]))
+            return 0
         results = [run_bench(args.plugin, model=args.model, num_samples=args.num_samples,
                              batch_size=args.batch_size, seed=args.seed, device=args.device,
                              settings=parse_settings(args.set), progress=log)]
@@ -39,8 +49,8 @@ def cmd_bench(args) -> int:
             Path(args.json).write_text(json.dumps(results[0], indent=2))
         if args.markdown:
             write_markdown(results, args.markdown, "mmspec bench " + " ".join(sys.argv[2:]))
-    print(format_table(results))
-    peers = format_peers(results)
+    print(format_table(plugin_rows(results)))
+    peers = format_peers(plugin_rows(results))
     if peers:
         print()
         print(peers)
@@ -135,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", default=None, help="write a BENCHMARKS.md-style table here")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="pipeline setting (e.g. temperature=1) or plugin config (e.g. num_draft_tokens=4)")
+    p.add_argument("--refill", action="store_true",
+                   help="samples/s with and without continuous batching at --batch-size (>= 2)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_bench)
 

@@ -38,12 +38,16 @@ def asr_clips(n: int) -> list[dict]:
 
 
 def test_image_outputs_do_not_depend_on_process_count_or_batch_size(tmp_path):
+    """Greedy: sampled images are equal too as long as float rounding does not depend on the batch's shape,
+    which CPU kernels do not promise (see mmspec.common.batch); the per-row generators are tested exactly on
+    tiny models in test_continuous_batching."""
     manifest = write_manifest(tmp_path / "labels.jsonl", [{"class_label": 3}, {"class_label": 8, "id": "eight"}])
-    assert batch("lantern", "--inputs", manifest, "--out", tmp_path / "one", "--batch-size", 2) == 0
-    assert batch("lantern", "--inputs", manifest, "--out", tmp_path / "batch1", "--batch-size", 1) == 0
+    greedy = ["--set", "temperature=0"]
+    assert batch("lantern", "--inputs", manifest, "--out", tmp_path / "one", "--batch-size", 2, *greedy) == 0
+    assert batch("lantern", "--inputs", manifest, "--out", tmp_path / "batch1", "--batch-size", 1, *greedy) == 0
     launched = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "-m", "mmspec",
-         "batch", "lantern", "--inputs", str(manifest), "--out", str(tmp_path / "two"), "--quiet"],
+         "batch", "lantern", "--inputs", str(manifest), "--out", str(tmp_path / "two"), "--quiet", *greedy],
         env=ENV, capture_output=True, text=True, timeout=600)
     assert launched.returncode == 0, launched.stderr[-2000:]
     assert len(list((tmp_path / "two" / "runs").glob("*.rank1.jsonl"))) == 1  # really two processes

@@ -92,3 +92,33 @@ def test_a_decoder_that_cannot_refill_says_why_and_the_pipeline_hook_runs_batche
     with pytest.raises(ValueError, match="max_batch_size must be an int >= 1 or None, got 0"):
         decoder("ar", *models, LogitsPipeline(temperature=0)).generate(prompts()[0], max_new_tokens=4,
                                                                         max_batch_size=0)
+
+
+@pytest.mark.parametrize("plugin", ["sjd", "lantern++"])
+def test_the_image_pipeline_refills_rows_with_the_same_images(plugin):
+    """On the bundled model with CFG: a Jacobi-window plugin and a tree-drafting EAGLE-head plugin (the other
+    refilling image plugins share these two drafters)."""
+    from mmspec import load_plugin
+
+    pipe = load_plugin(plugin)
+    pipe.set_progress_bar_config(disable=True)
+    assert pipe.continuous_batching_blocker() is None
+    whole = pipe(class_labels=[1, 2, 3], temperature=0, output_type="pt")
+    refilled = pipe(class_labels=[1, 2, 3], temperature=0, output_type="pt", max_batch_size=2)
+    assert torch.equal(whole.tokens, refilled.tokens)
+    assert refilled.stats.extra["admitted_rows"] == 1 and len(refilled.stats.row_forwards) == 3
+
+
+def test_refill_bench_row_and_its_benchmarks_section(tmp_path):
+    from mmspec.common.bench import write_markdown
+    from mmspec.common.bench_refill import run_refill_bench
+
+    row = run_refill_bench("speculative", num_samples=3, batch_size=2, rounds=1, progress=lambda *_: None,
+                           settings={"max_new_tokens": 24})
+    assert row["kind"] == "refill" and row["identical_outputs"]
+    assert row["refill"]["admitted_rows"] == 1 and row["batches"]["admitted_rows"] == 0
+    assert 0 < row["batches"]["occupancy"] <= 1 and 0 < row["refill"]["occupancy"] <= 1
+    write_markdown([row], tmp_path / "B.md", "test")
+    assert "## Continuous batching" in (tmp_path / "B.md").read_text()
+    with pytest.raises(ValueError, match="plugin 'ssd' on llamagen-tiny: no continuous batching \\(the drafter"):
+        run_refill_bench("ssd", progress=lambda *_: None)

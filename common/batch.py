@@ -5,7 +5,7 @@
     mmspec batch ... --engine ray                                (Ray Data; `pip install 'mmspec[dist]'`)
 
 Each manifest line is one JSON object in the pipeline's own input terms (`batch_fields`: a class label or
-prompt for images, an audio path for ASR, a text for TTS, a page path for documents, a prompt for text), with
+prompt for images, an audio path to transcribe, a text to say aloud, a page path for documents, a prompt for text), with
 an optional `id` (the output's file name; default: the line's index) and `seed` (default: --seed + index).
 Every line is checked before any generation; a bad one is an error naming its line number and field.
 
@@ -20,12 +20,15 @@ Out folder:
 Writes are atomic (a temporary name, then rename), and a sample counts as done only when its record exists
 and its output's digest matches: a crash leaves no half file that passes for a finished one, and a resume
 redoes exactly the unfinished samples. Sample i draws only from its own generator, so the outputs do not
-depend on the number of processes or the batch size — exactly so under greedy decoding. Under sampling
-they are equal as far as the backend's float rounding is independent of the batch's shape, which CPU and
-GPU matrix kernels do not promise: a logit that moves in its last bits can move a sampled token whose
-uniform draw sits on a CDF boundary (on the bundled image model, CPU, temperature 1: about one image in
-ten differs somewhere between batch 1 and batch 4, plain AR included). Batch-invariant kernels would close
-this; until then, compare sampled runs by distribution, not bytes.
+depend on the number of processes or the batch size, as far as the backend's float rounding is the same
+for every process and batch shape. On CPU, give every run the same thread count (torchrun and accelerate
+set OMP_NUM_THREADS=1 per process unless it is set; with several threads on a loaded machine MKL may use
+fewer than asked): thread count changes rounding, and a relaxed acceptance test (lantern) can then take
+another branch even under greedy decoding. Batch shape changes rounding too
+(CPU and GPU matrix kernels do not promise otherwise): under sampling, a logit that moves in its last bits
+moves a token whose uniform draw sits on a CDF boundary (bundled image model, CPU, temperature 1: about one
+image in ten differs somewhere between batch 1 and batch 4, plain AR included; in float64, none). Batch-
+invariant kernels would close this; until then, compare sampled runs by distribution, not bytes.
 
 Where the plugin's decoder supports it (`Pipeline.continuous_batching_blocker`), a decode call takes
 REFILL_WINDOW batches' worth of samples and keeps --batch-size rows busy: a finished row's place goes to

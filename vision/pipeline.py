@@ -254,7 +254,12 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
         if codes.dim() != 2 or codes.shape[1] != rows * cols:
             raise ValueError(f"codes must be [N, rows*cols] = [N, {rows * cols}] for a {rows}x{cols} grid, "
                              f"got {tuple(codes.shape)}")
-        return self.image_model.decode(codes.to(self.device), (rows, cols))
+        # One image at a time: convolution kernels round differently for other batch sizes, and an image
+        # must not change in its last bits (nor its PNG bytes) with the batch it was decoded in.
+        codes = codes.to(self.device)
+        if codes.shape[0] < 2:
+            return self.image_model.decode(codes, (rows, cols))
+        return torch.cat([self.image_model.decode(codes[i:i + 1], (rows, cols)) for i in range(codes.shape[0])])
 
     # --- bench protocol (see mmspec.common.bench) ------------------------
     bench_num_samples = 100

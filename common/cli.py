@@ -20,10 +20,43 @@ def cmd_list(args) -> int:
     return 0
 
 
+def check_device(device: str | None) -> None:
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA device is visible here (torch.cuda.is_available() is False); "
+                             "use --device cpu")
+
+
+def check_generate_args(args) -> None:
+    """What `mmspec generate` can check before any model loads."""
+    for flag, value in (("--num", args.num), ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise ValueError(f"{flag} must be an int >= 1, got {value}")
+    check_device(args.device)
+    if args.out is not None:
+        parent = Path(args.out).resolve().parent
+        if not parent.is_dir():
+            raise ValueError(f"--out {args.out!r}: the folder {str(parent)!r} does not exist")
+
+
+def check_out_suffix(pipeline, out: str | None) -> None:
+    allowed = pipeline.cli_out_suffixes
+    if out is None or not allowed:
+        return
+    suffix = Path(out).suffix.lower()
+    if suffix not in allowed:
+        names = [s or "a folder (no extension)" for s in allowed]
+        raise ValueError(f"--out {out!r}: a {type(pipeline).__name__} writes {', '.join(names)}; got "
+                         f"{suffix or 'no extension'}")
+
+
 def cmd_bench(args) -> int:
     from .bench import format_peers, format_table, parse_settings, plugin_rows, run_all, run_bench, write_markdown
 
     log = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    check_device(args.device)
     if args.all:
         if args.plugin:
             raise SystemExit("mmspec bench: give a PLUGIN or --all, not both")
@@ -65,6 +98,7 @@ def cmd_generate(args) -> int:
             args.generate_parser.print_help()
             return 0
         raise ValueError(f"name a PLUGIN (one of {', '.join(list_plugins())})")
+    check_generate_args(args)
     plugin_cls = get_plugin_class(args.plugin)
     pipeline = plugin_cls.default_pipeline(model=args.model, device=args.device)
     # The pipeline's own input flags (--prompt, --audio, ...): parse what the generic parser left over.
@@ -84,6 +118,7 @@ def cmd_generate(args) -> int:
     for key, value in vars(extra).items():
         setattr(args, key, value)
     call, config = split_settings(pipeline, plugin_cls, parse_settings(args.set))
+    check_out_suffix(pipeline, args.out)
     return plugin_cls(**config).attach(pipeline).cli_generate(args, call)
 
 
@@ -91,16 +126,15 @@ def cmd_batch(args) -> int:
     from .batch import read_manifest, run_batch
     from .bench import parse_settings, split_settings
 
-    read_manifest(args.inputs, args.seed)  # its syntax errors come before any model loads
 
     import torch
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be an int >= 1, got {args.batch_size}")
+    check_device(args.device)
+    read_manifest(args.inputs, args.seed)  # its syntax errors come before any model loads
     plugin_cls = get_plugin_class(args.plugin)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is visible here; use --device cpu")
     state = None
     if args.engine == "local":
         from accelerate import PartialState
@@ -123,8 +157,11 @@ def cmd_batch(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mmspec import __version__
+
     parser = argparse.ArgumentParser(prog="mmspec", description="Speculative, Jacobi and parallel decoding "
                                      "for autoregressive generators of any modality.")
+    parser.add_argument("--version", action="version", version=f"mmspec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="list registered plugins")

@@ -214,6 +214,8 @@ class Pipeline:
         raise NotImplementedError(f"{type(self).__name__} does not support `mmspec batch`")
 
     # --- command line (mmspec generate) -----------------------------------------------------------
+    cli_out_suffixes: tuple = ()  # what `--out` may end with ("" : a folder); empty: anything
+
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         """Add this pipeline's input flags to `mmspec generate`'s parser."""

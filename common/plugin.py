@@ -55,6 +55,17 @@ class Plugin:
 
     def __init__(self, **config):
         self.config = make_config(self.Config, config)
+        self._check_paths()
+
+    def _check_paths(self) -> None:
+        """A `*_path` config field names a saved folder (config.json inside): a wrong one fails here, at
+        load_plugin time, not at the first generation."""
+        for name, value in asdict(self.config).items():
+            if name.endswith("_path") and isinstance(value, (str, Path)) and str(value):
+                if not (Path(value) / "config.json").is_file():
+                    what = "no such folder" if not Path(value).exists() else "no config.json there"
+                    raise ValueError(f"{name} {str(value)!r} is not a saved folder ({what}); give a folder written "
+                                     f"by save_pretrained, or leave {name} empty for the bundled one")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in asdict(self.config).items())})"

@@ -507,6 +507,8 @@ class DocParsePipeline(Pipeline):
     def batch_write(self, output, path) -> None:
         Path(path).write_text(output + "\n")
 
+    cli_out_suffixes = (".md", "")
+
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--page", action="append", default=[],
@@ -517,7 +519,12 @@ class DocParsePipeline(Pipeline):
         there (all pages, separated by a rule); `--out DIR` writes DIR/<image name>.md per page."""
         from .pages import load_held_out_set
 
-        paths = args.page or [row["image"] for row in load_held_out_set()[: args.num]]
+        if not args.page:
+            held_out = load_held_out_set()
+            if args.num > len(held_out):
+                raise ValueError(f"--num must be at most {len(held_out)} (the held-out pages) without --page, "
+                                 f"got {args.num}")
+        paths = args.page or [row["image"] for row in held_out[: args.num]]
         out = self(paths, batch_size=args.batch_size, **call)
         files = []  # (printed name, file stem) per page: a PDF's pages get _p<index>
         for source in out.sources:

@@ -53,7 +53,11 @@ def load_audio(item, sampling_rate: int | None = None, name: str = "audio") -> t
     if isinstance(item, (str, os.PathLike)):
         if not os.path.exists(item):
             raise FileNotFoundError(f"{name}: no such audio file {str(item)!r}")
-        data, rate = soundfile.read(str(item), dtype="float32", always_2d=True)
+        try:
+            data, rate = soundfile.read(str(item), dtype="float32", always_2d=True)
+        except soundfile.LibsndfileError:
+            raise ValueError(f"{name}: {str(item)!r} is not an audio file soundfile can read (wav, flac, ogg, "
+                             "mp3)") from None
         if data.shape[1] != 1:
             raise ValueError(f"{name}: {str(item)!r} has {data.shape[1]} channels; ASRPipeline takes mono audio "
                              "(average or pick a channel first)")
@@ -235,6 +239,8 @@ class ASRPipeline(Pipeline):
     def batch_write(self, output, path) -> None:
         Path(path).write_text(output + "\n")
 
+    cli_out_suffixes = (".json",)
+
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--audio", action="append", default=[],
@@ -246,7 +252,12 @@ class ASRPipeline(Pipeline):
 
         from .data import load_test_set
 
-        paths = args.audio or [row["audio"] for row in load_test_set()[: args.num]]
+        if not args.audio:
+            held_out = load_test_set()
+            if args.num > len(held_out):
+                raise ValueError(f"--num must be at most {len(held_out)} (the held-out clips) without --audio, "
+                                 f"got {args.num}")
+        paths = args.audio or [row["audio"] for row in held_out[: args.num]]
         out = self(paths, batch_size=args.batch_size, **call)
         for path, text in zip(paths, out.texts):
             print(f"{path}: {text}")

@@ -256,6 +256,8 @@ class TextPipeline(Pipeline):
     def batch_write(self, output, path) -> None:
         Path(path).write_text(output + "\n")
 
+    cli_out_suffixes = (".json",)
+
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--prompt", action="append", default=[], help="text prompt (repeatable)")

@@ -355,6 +355,8 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
     def batch_write(self, output, path) -> None:
         output.save(path, format="PNG")
 
+    cli_out_suffixes = (".png", ".jpg", ".jpeg", ".webp")
+
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--class-label", type=int, action="append", default=[],

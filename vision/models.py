@@ -78,6 +78,22 @@ def vq_upsampling(vq) -> int:
     return 2 ** (len(vq.config.block_out_channels) - 1)
 
 
+def integer_labels(value) -> list[int] | None:
+    """Class labels as a list of Python ints: an int, a numpy or torch integer (0-d or 1-d), or a sequence of
+    them, as diffusers' class-conditional pipelines take them; None for anything else (bools included)."""
+    import numpy as np
+
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        if value.ndim > 1 or value.dtype in (torch.bool, np.bool_) or \
+                (value.dtype.is_floating_point if isinstance(value, torch.Tensor) else value.dtype.kind != "i"):
+            return None
+        value = value.tolist()
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if not all(isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_)) for c in items):
+        return None
+    return [int(c) for c in items]
+
+
 def as_prompt_list(value, name: str) -> list[str]:
     texts = [value] if isinstance(value, str) else value
     if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
@@ -234,9 +250,10 @@ class LlamaGenImageModel(ImageModel):
         last = self.num_classes - 1
         if class_labels is None:
             raise ValueError(f"class_labels is required: an int or a list of ints in [0, {last}]")
-        labels = [class_labels] if isinstance(class_labels, int) else list(class_labels)
-        if not labels or not all(isinstance(c, int) and not isinstance(c, bool) for c in labels):
-            raise ValueError(f"class_labels must be an int or a non-empty list of ints, got {class_labels!r}")
+        labels = integer_labels(class_labels)
+        if not labels:
+            raise ValueError(f"class_labels must be an int or a non-empty list of ints (numpy and torch integers "
+                             f"too), got {class_labels!r}")
         bad = [c for c in labels if not 0 <= c < self.num_classes]
         if bad:
             raise ValueError(f"class_labels {bad} out of range: allowed 0..{last}")

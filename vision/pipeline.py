@@ -194,17 +194,26 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, generator=None,
                  output_type: str = "pil", return_dict: bool = True, callback_on_step_end=None, *,
                  prompt=None, negative_prompt=None, height: int | None = None, width: int | None = None,
-                 max_batch_size: int | None = None):
+                 max_batch_size: int | None = None, callback_on_step_end_tensor_inputs: list[str] | None = None):
         """Generate images for `class_labels` (class-conditional transformer) or `prompt` (text-to-image).
 
         guidance_scale: classifier-free guidance u + s·(c − u) (1: none). negative_prompt (text-to-image, with
         guidance): one string or one per prompt, the unconditional prompts; default: the model's own
         unconditional prompt (`mmspec.vision.models`). num_images_per_prompt: images per label / prompt,
         consecutive. generator: one, or one per image (then image i's randomness depends on generator i only).
+        callback_on_step_end(pipe, step, timestep=None, callback_kwargs) runs after every decode step;
+        callback_on_step_end_tensor_inputs names what callback_kwargs holds (diffusers' convention; of
+        `_callback_tensor_inputs`, default all: "tokens", the tokens committed that step).
         height, width: pixels; only Emu3 takes other sizes than its fixed one. max_batch_size: decode at most
         this many images at once, starting the next waiting image as soon as one finishes (continuous
         batching, where the plugin's decoder supports it; otherwise batches in turn); None: all at once.
         """
+        tensor_inputs = list(self._callback_tensor_inputs if callback_on_step_end_tensor_inputs is None
+                             else callback_on_step_end_tensor_inputs)
+        unknown = [k for k in tensor_inputs if k not in self._callback_tensor_inputs]
+        if unknown:
+            raise ValueError(f"callback_on_step_end_tensor_inputs {unknown} are not available; allowed: "
+                             f"{self._callback_tensor_inputs}")
         inputs = self.check_inputs(class_labels, guidance_scale, num_images_per_prompt, output_type,
                                    prompt=prompt, negative_prompt=negative_prompt, height=height, width=width)
         model = self.image_model
@@ -226,21 +235,21 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
             both, both_mask = _left_pad(rows + uncond, model.pad_token_id)  # [cond; uncond] rows for CFGModel
             target, prefill = CFGModel(adapter, guidance_scale), (model.prompt_ids(both), both_mask)
         out = self._run_decoder(target, logits, model.prompt_ids(ids), mask, prefill, grid, generator,
-                                callback_on_step_end, max_batch_size)
+                                callback_on_step_end, max_batch_size, tensor_inputs)
         images = self.postprocess(self.decode_tokens(out.sequences, grid), output_type)
         if not return_dict:
             return images, out.stats
         return ARImagePipelineOutput(images=images, tokens=out.sequences, stats=out.stats)
 
     def _run_decoder(self, target, logits, input_ids, attention_mask, prefill, grid, generator, callback,
-                     max_batch_size=None):
+                     max_batch_size=None, tensor_inputs=("tokens",)):
         request = DecodeRequest(target, logits, self.code_structure(grid))
         total = grid[0] * grid[1]
         with self.progress_bar(total=total * input_ids.shape[0]) as bar:
             def on_step(step, info):
                 bar.update(int((info["num_accepted"] + 1).sum()))
                 if callback is not None:
-                    callback(self, step, None, {"tokens": info["tokens"]})
+                    callback(self, step, None, {k: info[k] for k in tensor_inputs})
 
             return self.run_decoder(request, input_ids, attention_mask, max_new_tokens=total, generator=generator,
                                     prefill_input=prefill, callback=on_step, max_batch_size=max_batch_size)

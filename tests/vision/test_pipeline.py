@@ -81,6 +81,22 @@ def test_callback_and_plugin_switch(pipe):
         load_plugin("speculative", pipeline=pipe)
 
 
+def test_diffusers_habits_integer_like_labels_and_callback_tensor_inputs(pipe):
+    expected = pipe(class_labels=[1, 2], generator=gens([0, 1]), output_type="pt").tokens
+    for labels in (torch.tensor([1, 2]), np.array([1, 2]), [np.int64(1), torch.tensor(2).item()]):
+        assert torch.equal(pipe(class_labels=labels, generator=gens([0, 1]), output_type="pt").tokens, expected)
+    assert torch.equal(pipe(class_labels=np.int64(1), generator=gens([0]), output_type="pt").tokens, expected[:1])
+    seen = []
+    pipe(class_labels=torch.tensor(0), generator=gens([0]), callback_on_step_end_tensor_inputs=["tokens"],
+         callback_on_step_end=lambda p, i, t, kw: seen.append(sorted(kw)))
+    assert seen and all(keys == ["tokens"] for keys in seen)
+    with pytest.raises(ValueError, match=r"callback_on_step_end_tensor_inputs \['latents'\] are not available"):
+        pipe(class_labels=0, callback_on_step_end_tensor_inputs=["latents"])
+    for bad in (torch.tensor([1.0]), np.array([True]), torch.tensor([[1]])):
+        with pytest.raises(ValueError, match="class_labels must be an int or a non-empty list of ints"):
+            pipe(class_labels=bad)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(class_labels=3), r"out of range: allowed 0\.\.2"),
     (dict(class_labels=[-1]), "out of range"),

@@ -118,10 +118,16 @@ class DecodeStats:
         return merged
 
     def __str__(self) -> str:
-        acc = ", ".join(f"{a:.2f}" for a in self.acceptance_per_position)
-        return (f"DecodeStats(rows={self.num_rows}, tokens={self.tokens}, target_nfe={self.target_nfe}, "
-                f"nfe/sample={self.nfe_per_sample:.1f}, drafter_nfe={self.drafter_nfe}, "
-                f"mean_accepted={self.mean_accepted:.2f}, acceptance/position=[{acc}], "
-                f"time draft/verify/accept/total={self.time_draft_s:.2f}/{self.time_verify_s:.2f}/"
-                f"{self.time_accept_s:.2f}/{self.time_total_s:.2f}s"
-                + "".join(f", {k}={v:g}" for k, v in sorted(self.extra.items())) + ")")
+        """One short line: long per-position lists are summarised (the full figures are in `to_dict`)."""
+        acc = self.acceptance_per_position
+        if len(acc) > 6:
+            shown = ", ".join(f"{a:.2f}" for a in acc[:4]) + f", … {acc[-1]:.2f} ({len(acc)} positions)"
+        else:
+            shown = ", ".join(f"{a:.2f}" for a in acc)
+        per_sample = f"{self.nfe_per_sample:.1f} target forwards/sample, " if self.row_steps else ""
+        drafter = f", drafter forwards {self.drafter_nfe}" if self.drafter_nfe else ""
+        extra = "".join(f", {k}={v:g}" for k, v in sorted(self.extra.items()))
+        return (f"DecodeStats({self.num_rows} rows, {self.tokens} tokens, {per_sample}"
+                f"mean accepted {self.mean_accepted:.2f}, acceptance/position [{shown}]{drafter}, "
+                f"time draft/verify/accept/total {self.time_draft_s:.2f}/{self.time_verify_s:.2f}/"
+                f"{self.time_accept_s:.2f}/{self.time_total_s:.2f}s{extra})")

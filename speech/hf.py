@@ -97,6 +97,7 @@ class HFSpeechRecognizer(SpeechRecognizer):
         self.name = name
         # Whisper's encoder takes a fixed window of 2 × max_source_positions mel frames.
         frames = 2 * whisper.config.max_source_positions
+        self.max_input_seconds = frames * 160 / 16000  # what the window holds (30 s for real checkpoints)
         self.features = WhisperFeatureExtractor(feature_size=whisper.config.num_mel_bins,
                                                 chunk_length=frames * 160 // 16000)
         self.features.n_samples = frames * 160

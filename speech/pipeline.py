@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,11 @@ from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
 from .asr_model import SAMPLE_RATE
 from .recognizer import BUNDLED_ASR_DIR, BundledRecognizer, SpeechRecognizer
+from .segment import split_utterances
 from .structure import AUDIO_SECONDS, GATED_ROWS, CTCTranscript
+
+
+MIN_SPEECH_SECONDS = 0.1  # shorter than the shortest word
 
 
 def inverse_rtf(stats: DecodeStats) -> float:
@@ -40,8 +45,10 @@ def inverse_rtf(stats: DecodeStats) -> float:
 @dataclass
 class ASROutput:
     texts: list[str]
-    sequences: list[list[int]]  # decoder ids of each transcript (end-of-text included when produced)
+    sequences: list[list[int]]  # decoder ids of each transcript (its pieces' ids, in order, when it was split)
     stats: DecodeStats = field(default_factory=DecodeStats)
+    segments: list[int] = field(default_factory=list)  # per input: utterances it was split into (0: no sound)
+    warnings: list[list[str]] = field(default_factory=list)  # per input: what may make its text incomplete
 
     @property
     def inverse_rtf(self) -> float:
@@ -163,8 +170,11 @@ class ASRPipeline(Pipeline):
 
     @torch.no_grad()
     def __call__(self, audio, sampling_rate: int | None = None, *, batch_size: int = 8, max_new_tokens: int = 200,
-                 temperature: float = 0.0, generator=None, return_dict: bool = True) -> ASROutput:
-        """Transcribe `audio` (one input or a list; see the module docstring)."""
+                 temperature: float = 0.0, generator=None, return_dict: bool = True,
+                 segment: bool = True) -> ASROutput:
+        """Transcribe `audio` (one input or a list; see the module docstring). segment: split long recordings
+        into utterances at pauses and at the model's length limit (`mmspec.speech.segment`), transcribe them
+        as rows of the batch and join their texts; False feeds each input whole."""
         items = as_batch(audio)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -175,20 +185,67 @@ class ASRPipeline(Pipeline):
         generators = generator if isinstance(generator, list) else [generator] * len(waves)
         if len(generators) != len(waves):
             raise ValueError(f"got {len(generators)} generators for {len(waves)} inputs")
+        pieces, owners, piece_generators, notes = self._utterances(waves, generators, segment)
         texts, sequences, stats = [], [], DecodeStats()
-        starts = range(0, len(waves), batch_size)
+        starts = range(0, len(pieces), batch_size)
         bar = tqdm(starts, desc="transcribing", disable=len(starts) < 2 or self._progress.get("disable", False),
                    **{k: v for k, v in self._progress.items() if k != "disable"})
         for start in bar:
-            chunk = waves[start:start + batch_size]
-            gens = generators[start:start + batch_size]
+            chunk = pieces[start:start + batch_size]
+            gens = piece_generators[start:start + batch_size]
             batch_gen = None if all(g is None for g in gens) else gens
             t, s, st = self._transcribe_batch(chunk, logits, max_new_tokens, batch_gen)
             texts += t
             sequences += s
             stats = stats.merge(st)
-        output = ASROutput(texts=texts, sequences=sequences, stats=stats)
-        return output if return_dict else (texts,)
+        output = self._join_pieces(len(waves), owners, texts, sequences, stats, notes, max_new_tokens)
+        return output if return_dict else (output.texts,)
+
+    def _utterances(self, waves, generators, segment: bool):
+        """Each input's utterances (`mmspec.speech.segment`), their owner, generator, and per-input notes."""
+        rec = self.recognizer
+        pieces, owners, piece_generators, notes = [], [], [], [[] for _ in waves]
+        for i, (wave, gen) in enumerate(zip(waves, generators)):
+            seconds = wave.numel() / SAMPLE_RATE
+            if seconds < MIN_SPEECH_SECONDS:
+                notes[i].append(f"audio is {seconds * 1000:.0f} ms long: too short to hold a word")
+            ranges = (split_utterances(wave, SAMPLE_RATE, rec.max_input_seconds, rec.pause_seconds) if segment
+                      else [(0, wave.numel())])
+            if not ranges:
+                notes[i].append("no speech found: the audio is silent or holds only steady noise")
+            for j, (a, b) in enumerate(ranges):
+                pieces.append(wave[a:b])
+                owners.append(i)
+                # An input split in several pieces gives each its own generator drawn from the input's, so
+                # its text does not depend on which pieces share a batch.
+                piece_generators.append(gen if len(ranges) == 1 or gen is None else
+                                        torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,), generator=gen))))
+        return pieces, owners, piece_generators, notes
+
+    def _join_pieces(self, num_inputs, owners, texts, sequences, stats, notes, max_new_tokens) -> ASROutput:
+        joined = [[] for _ in range(num_inputs)]
+        ids = [[] for _ in range(num_inputs)]
+        cut = [False] * num_inputs
+        eos = self.recognizer.eos_token_id
+        for owner, text, seq in zip(owners, texts, sequences):
+            if text.strip():
+                joined[owner].append(text.strip())
+            ids[owner] += seq
+            cut[owner] |= len(seq) >= max_new_tokens and (not seq or seq[-1] != eos)
+        for i in range(num_inputs):
+            if cut[i]:
+                notes[i].append(f"reached max_new_tokens={max_new_tokens} before the end of an utterance: its text "
+                                "is cut (raise max_new_tokens)")
+        segments = [owners.count(i) for i in range(num_inputs)]
+        if segments != [1] * num_inputs:  # decode rows were utterances, not inputs
+            stats.forget_rows()
+            stats.num_rows = num_inputs
+        flagged = [i for i, n in enumerate(notes) if n]
+        if flagged:
+            warnings.warn("; ".join(f"audio[{i}]: {', '.join(notes[i])}" for i in flagged[:3])
+                          + (f" (and {len(flagged) - 3} more)" if len(flagged) > 3 else ""), stacklevel=3)
+        return ASROutput(texts=[" ".join(parts) for parts in joined], sequences=ids, stats=stats,
+                         segments=segments, warnings=notes)
 
     def _transcribe_batch(self, waves, logits, max_new_tokens, generator):
         begin = time.perf_counter()

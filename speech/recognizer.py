@@ -42,6 +42,10 @@ class SpeechRecognizer:
     device: torch.device
     name: str
     word_boundary_ids: tuple = ()  # decoder ids that separate words (lets `ctc_draft` re-align after a merge)
+    # Long-form audio (`mmspec.speech.segment`): the longest piece the model takes, and the pause at which a
+    # recording is always cut (a model trained on single sentences stops after the first one); None: no limit.
+    max_input_seconds: float | None = None
+    pause_seconds: float | None = None
 
     def assisted_generation(self, waves, num_samples, assistant, max_new_tokens: int) -> dict:
         """`transformers` assisted generation with `assistant` (a bench peer); only Whisper has it."""
@@ -77,6 +81,10 @@ class BundledRecognizer(SpeechRecognizer):
     """`ASRModel` + `CharTokenizer`: one encoder pass feeds both the CTC head and the decoder."""
 
     shares_vocabulary = True
+    # Trained on single sentences of 1-7 s: longer pieces and second sentences are out of its reach. A 0.4 s
+    # pause splits none of the 200 held-out clips (0.3 s splits two, at commas).
+    max_input_seconds = 8.0
+    pause_seconds = 0.4
 
     def __init__(self, model: ASRModel, tokenizer: CharTokenizer | None = None, name: str = "asr-tiny"):
         self.model = model.eval()

@@ -89,7 +89,8 @@ def format_refill_table(rows: list[dict]) -> str:
         b, f = r["batches"], r["refill"]
         lines.append(f"| {r['plugin']} | {r['model']} | {r['batch_size']} | {r['num_samples']} | "
                      f"{b['samples_per_s']:.2f} → {f['samples_per_s']:.2f} | {r['gain']:.2f}× | "
-                     f"{b['target_forwards']} → {f['target_forwards']} | {b['occupancy']:.0%} → {f['occupancy']:.0%} | "
+                     f"{b['target_forwards']} → {f['target_forwards']} | "
+                     f"{b['occupancy']:.0%} → {f['occupancy']:.0%} | "
                      f"{'yes' if r['identical_outputs'] else _differ_text(r)} |")
     return "\n".join(lines)
 

@@ -369,7 +369,8 @@ class CFGModel(ARModel):
         lasts = [x.extra.get("uncond_last", torch.full((n,), -1, dtype=torch.long, device=self.device))
                  for x, n in ((state, old), (other, new))]
         state.extra["uncond_last"] = torch.cat([t.to(self.device) for t in lasts])
-        state.extra["uncond_shift"] = torch.cat([state.extra["uncond_shift"], other.extra["uncond_shift"].to(self.device)])
+        shifts = [state.extra["uncond_shift"], other.extra["uncond_shift"].to(self.device)]
+        state.extra["uncond_shift"] = torch.cat(shifts)
 
     def can_append_rows(self) -> bool:
         return self.base.can_append_rows()

@@ -216,6 +216,14 @@ class Pipeline:
     # --- command line (mmspec generate) -----------------------------------------------------------
     cli_out_suffixes: tuple = ()  # what `--out` may end with ("" : a folder); empty: anything
 
+    @staticmethod
+    def cli_held_out(rows: list, num: int, what: str, flag: str) -> list:
+        """The first `num` of a held-out set for `mmspec generate` without inputs; more is an error, not a
+        silent clamp."""
+        if num > len(rows):
+            raise ValueError(f"--num must be at most {len(rows)} (the held-out {what}) without {flag}, got {num}")
+        return rows[:num]
+
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         """Add this pipeline's input flags to `mmspec generate`'s parser."""

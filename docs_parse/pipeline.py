@@ -519,12 +519,8 @@ class DocParsePipeline(Pipeline):
         there (all pages, separated by a rule); `--out DIR` writes DIR/<image name>.md per page."""
         from .pages import load_held_out_set
 
-        if not args.page:
-            held_out = load_held_out_set()
-            if args.num > len(held_out):
-                raise ValueError(f"--num must be at most {len(held_out)} (the held-out pages) without --page, "
-                                 f"got {args.num}")
-        paths = args.page or [row["image"] for row in held_out[: args.num]]
+        paths = args.page or [row["image"] for row in self.cli_held_out(load_held_out_set(), args.num, "pages",
+                                                                          "--page")]
         out = self(paths, batch_size=args.batch_size, **call)
         files = []  # (printed name, file stem) per page: a PDF's pages get _p<index>
         for source in out.sources:

@@ -309,12 +309,8 @@ class ASRPipeline(Pipeline):
 
         from .data import load_test_set
 
-        if not args.audio:
-            held_out = load_test_set()
-            if args.num > len(held_out):
-                raise ValueError(f"--num must be at most {len(held_out)} (the held-out clips) without --audio, "
-                                 f"got {args.num}")
-        paths = args.audio or [row["audio"] for row in held_out[: args.num]]
+        paths = args.audio or [row["audio"] for row in self.cli_held_out(load_test_set(), args.num, "clips",
+                                                                             "--audio")]
         out = self(paths, batch_size=args.batch_size, **call)
         for path, text in zip(paths, out.texts):
             print(f"{path}: {text}")

@@ -346,12 +346,8 @@ class TTSPipeline(Pipeline):
 
         from .tts_data import load_tts_test_set
 
-        if not args.text:
-            held_out = load_tts_test_set()
-            if args.num > len(held_out):
-                raise ValueError(f"--num must be at most {len(held_out)} (the held-out sentences) without --text, "
-                                 f"got {args.num}")
-        texts = args.text or [row["text"] for row in held_out[: args.num]]
+        texts = args.text or [row["text"] for row in self.cli_held_out(load_tts_test_set(), args.num, "sentences",
+                                                                         "--text")]
         generators = [torch.Generator().manual_seed(args.seed + i) for i in range(len(texts))]
         out = self(texts, generator=generators, batch_size=args.batch_size, **call)
         target = Path(args.out or "speech.wav")

@@ -94,13 +94,13 @@ def test_a_decoder_that_cannot_refill_says_why_and_the_pipeline_hook_runs_batche
                                                                         max_batch_size=0)
 
 
-@pytest.mark.parametrize("plugin", ["sjd", "lantern++"])
-def test_the_image_pipeline_refills_rows_with_the_same_images(plugin):
+@pytest.mark.parametrize("plugin, config", [("sjd", {}), ("lantern++", {"tree_branching": "2,1,1"})])
+def test_the_image_pipeline_refills_rows_with_the_same_images(plugin, config):
     """On the bundled model with CFG: a Jacobi-window plugin and a tree-drafting EAGLE-head plugin (the other
     refilling image plugins share these two drafters)."""
     from mmspec import load_plugin
 
-    pipe = load_plugin(plugin)
+    pipe = load_plugin(plugin, **config)  # a small tree: this runs on CPU in the test suite
     pipe.set_progress_bar_config(disable=True)
     assert pipe.continuous_batching_blocker() is None
     whole = pipe(class_labels=[1, 2, 3], temperature=0, output_type="pt")

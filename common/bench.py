@@ -185,6 +185,20 @@ def pipeline_sections(results: list[dict]) -> list[tuple[str, str, str]]:
     return sections
 
 
+def format_compact_table(results: list[dict]) -> str:
+    """The figures a reader compares first: speed-up, what it costs in forwards, and quality (`--wide`: all)."""
+    rows = ["| plugin | config | model | batch | sampling | speedup | step compr. | mean accepted | exact match | "
+            "quality (AR → plugin) |", "|" + "---|" * 10]
+    for r in results:
+        base, acc = r["baseline"], r["accelerated"]
+        quality = ", ".join(f"{k} {base['quality'][k]:.3g} → {acc['quality'].get(k, float('nan')):.3g}"
+                            for k in base["quality"] if not k.startswith("num_"))
+        rows.append(f"| {r['plugin']} | {config_text(r)} | {r['model']} | {r['batch_size']} | "
+                    f"{sampling_text(r.get('settings', {}))} | {r['speedup']:.2f}× | {compression_text(r)} | "
+                    f"{acc['mean_accepted']:.2f} | {exact_text(r)} | {quality or '—'} |")
+    return "\n".join(rows)
+
+
 def format_table(results: list[dict]) -> str:
     head = ("| plugin | config | model | lossless | batch | sampling | mean accepted | NFE/sample (AR → plugin) | step compr. | "
             "latency s/sample (AR → plugin) | speedup | exact match | quality (AR → plugin) |")

@@ -53,7 +53,8 @@ def check_out_suffix(pipeline, out: str | None) -> None:
 
 
 def cmd_bench(args) -> int:
-    from .bench import format_peers, format_table, parse_settings, plugin_rows, run_all, run_bench, write_markdown
+    from .bench import (format_compact_table, format_peers, format_table, parse_settings, plugin_rows, run_all,
+                        run_bench, write_markdown)
 
     log = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     check_device(args.device)
@@ -82,7 +83,7 @@ def cmd_bench(args) -> int:
             Path(args.json).write_text(json.dumps(results[0], indent=2))
         if args.markdown:
             write_markdown(results, args.markdown, "mmspec bench " + " ".join(sys.argv[2:]))
-    print(format_table(plugin_rows(results)))
+    print((format_table if args.wide else format_compact_table)(plugin_rows(results)))
     peers = format_peers(plugin_rows(results))
     if peers:
         print()
@@ -182,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", default=None, help="write a BENCHMARKS.md-style table here")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="pipeline setting (e.g. temperature=1) or plugin config (e.g. num_draft_tokens=4)")
+    p.add_argument("--wide", action="store_true",
+                   help="print every column (NFE and latency per side, lossless); BENCHMARKS.md always has them")
     p.add_argument("--refill", action="store_true",
                    help="samples/s with and without continuous batching at --batch-size (>= 2)")
     p.add_argument("--quiet", action="store_true")

@@ -99,7 +99,11 @@ def test_cli_bench_writes_json(tmp_path, capsys):
     assert cli.main(["bench", "speculative", "--num-samples", "1", "--set", "max_new_tokens=8",
                      "--json", str(path), "--quiet"]) == 0
     assert json.loads(path.read_text())["plugin"] == "speculative"
-    assert "step compr." in capsys.readouterr().out
+    compact = capsys.readouterr().out
+    assert "step compr." in compact and "latency s/sample (AR → plugin)" not in compact  # compact by default
+    assert cli.main(["bench", "speculative", "--num-samples", "1", "--set", "max_new_tokens=8", "--quiet",
+                     "--wide"]) == 0
+    assert "latency s/sample (AR → plugin)" in capsys.readouterr().out
 
 
 def test_cli_errors_are_clear(capsys):

@@ -48,8 +48,11 @@ def run_ray(pipeline, todo: list[Sample], out: Path, call: dict, batch_size: int
             cpus_per_worker: float = 0.5, refill: bool = False) -> int:
     """Generate `todo` on a Ray actor pool; returns the samples written. `pipeline` (the driver's) has
     already checked the inputs; the actors build theirs with `make_pipeline` (picklable, no arguments)."""
-    import ray
-    import ray.data
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise ValueError("--engine ray needs Ray Data: pip install 'mmspec[dist]' (or 'ray[data]')") from None
 
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
         raise ValueError(f"--ray-workers must be an int >= 1, got {num_workers!r}")

@@ -120,7 +120,47 @@ def cmd_generate(args) -> int:
         setattr(args, key, value)
     call, config = split_settings(pipeline, plugin_cls, parse_settings(args.set))
     check_out_suffix(pipeline, args.out)
-    return plugin_cls(**config).attach(pipeline).cli_generate(args, call)
+    accelerated = plugin_cls(**config).attach(pipeline)
+    if args.compare:
+        inputs, scored = accelerated.cli_inputs(args)  # unsupported pipelines fail before generating
+    code = accelerated.cli_generate(args, call)
+    if args.compare:
+        print_comparison(accelerated, inputs, scored, args, call)
+    return code
+
+
+def print_comparison(accelerated, inputs: list, scored: bool, args, call: dict) -> None:
+    """`generate --compare`: plain AR and the plugin on the same inputs and seeds, timed after a warm-up."""
+    import time
+
+    baseline = get_plugin_class("ar")().attach(accelerated)
+    runs = {}
+    for name, pipe in (("ar", baseline), ("plugin", accelerated)):
+        pipe.bench_generate(inputs[:1], 1, args.seed, call)  # warm-up
+        begin = time.perf_counter()
+        sequences, stats = pipe.bench_generate(inputs, args.batch_size, args.seed, call)
+        runs[name] = (sequences, stats, time.perf_counter() - begin)
+    (base_seq, base, base_s), (acc_seq, acc, acc_s) = runs["ar"], runs["plugin"]
+    same = sum(a == b for a, b in zip(base_seq, acc_seq))
+    greedy = call.get("temperature", 0.0) == 0
+    print(f"\n{args.plugin} vs plain AR on the same {len(inputs)} inputs and seeds (batch {args.batch_size}):")
+    print(f"  speed-up {base_s / max(acc_s, 1e-9):.2f}x ({base_s:.2f} s -> {acc_s:.2f} s); target forwards per "
+          f"sample {base.nfe_per_sample:.1f} -> {acc.nfe_per_sample:.1f}; mean accepted {acc.mean_accepted:.2f}")
+    lossless = accelerated.plugin is None or accelerated.plugin.lossless
+    why = ("" if greedy and lossless else " (a lossy plugin: its quality cost is the figure to read)" if not lossless
+           else " (sampling: a lossless plugin keeps the law, not the samples)")
+    print(f"  outputs identical to AR: {same} of {len(inputs)}{why}")
+    if scored:
+        try:
+            base_q = accelerated.bench_quality(inputs, base_seq)
+            acc_q = accelerated.bench_quality(inputs, acc_seq)
+        except ValueError as error:
+            print(f"  quality: not measurable on {len(inputs)} inputs ({error}); raise --num")
+            return
+        shown = ", ".join(f"{k} {base_q[k]:.3g} -> {acc_q.get(k, float('nan')):.3g}" for k in base_q
+                          if not k.startswith("num_"))
+        print(f"  quality (AR -> plugin, n = {len(inputs)}{'; small n: mostly noise' if len(inputs) < 16 else ''}): "
+              f"{shown or 'none for this pipeline'}")
 
 
 def cmd_batch(args) -> int:
@@ -202,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--out", default=None, help="output file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--compare", action="store_true",
+                   help="also run plain AR on the same inputs and seeds: speed-up, forwards, identity, quality")
     p.set_defaults(func=cmd_generate, generate_parser=p)
 
     p = sub.add_parser("batch", help="generate for every line of a JSONL manifest; resumable, multi-process",

@@ -216,6 +216,11 @@ class Pipeline:
     # --- command line (mmspec generate) -----------------------------------------------------------
     cli_out_suffixes: tuple = ()  # what `--out` may end with ("" : a folder); empty: anything
 
+    def cli_inputs(self, args) -> tuple[list, bool]:
+        """`mmspec generate`'s inputs in this pipeline's bench terms (for `--compare`), and whether they carry
+        references the bench's quality metrics can score (the held-out set, class labels)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support `mmspec generate --compare`")
+
     @staticmethod
     def cli_held_out(rows: list, num: int, what: str, flag: str) -> list:
         """The first `num` of a held-out set for `mmspec generate` without inputs; more is an error, not a

@@ -514,6 +514,13 @@ class DocParsePipeline(Pipeline):
         parser.add_argument("--page", action="append", default=[],
                             help="page image to parse (repeatable; default: --num held-out pages)")
 
+    def cli_inputs(self, args):
+        from .pages import load_held_out_set
+
+        if args.page:
+            return [{"image": path} for path in args.page], False
+        return self.cli_held_out(load_held_out_set(), args.num, "pages", "--page"), True
+
     def cli_generate(self, args, call: dict) -> int:
         """`mmspec generate PLUGIN --page p.png ...`: print each page's markdown. `--out page.md` writes it
         there (all pages, separated by a rule); `--out DIR` writes DIR/<image name>.md per page."""

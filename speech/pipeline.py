@@ -303,6 +303,13 @@ class ASRPipeline(Pipeline):
         parser.add_argument("--audio", action="append", default=[],
                             help="audio file to transcribe (repeatable; default: --num held-out clips)")
 
+    def cli_inputs(self, args):
+        from .data import load_test_set
+
+        if args.audio:
+            return [{"audio": path} for path in args.audio], False
+        return self.cli_held_out(load_test_set(), args.num, "clips", "--audio"), True
+
     def cli_generate(self, args, call: dict) -> int:
         """`mmspec generate PLUGIN --audio a.wav ...`: print transcripts (held-out clips without --audio)."""
         import json

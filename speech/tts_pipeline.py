@@ -339,6 +339,13 @@ class TTSPipeline(Pipeline):
         parser.add_argument("--text", action="append", default=[],
                             help="text to speak (repeatable; default: --num held-out sentences)")
 
+    def cli_inputs(self, args):
+        from .tts_data import load_tts_test_set
+
+        if args.text:
+            return [{"text": text} for text in args.text], False
+        return self.cli_held_out(load_tts_test_set(), args.num, "sentences", "--text"), True
+
     def cli_generate(self, args, call: dict) -> int:
         """`mmspec generate PLUGIN --model tts-tiny --text "..." --out a.wav`: write the speech as WAV (several
         texts: a_0.wav, a_1.wav, ...)."""

@@ -262,6 +262,9 @@ class TextPipeline(Pipeline):
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--prompt", action="append", default=[], help="text prompt (repeatable)")
 
+    def cli_inputs(self, args):
+        return list(args.prompt or bench_prompts(args.num)), True  # NLL under the target needs only the prompt
+
     def cli_generate(self, args, call: dict) -> int:
         """`mmspec generate PLUGIN --prompt ...`: print completions (and write JSON with --out)."""
         prompts = args.prompt or bench_prompts(args.num)

@@ -369,7 +369,18 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--class-label", type=int, action="append", default=[],
-                            help="class to generate (repeatable; default: --num images cycling through the classes)")
+                            help="class to generate (repeatable): --num images cycle through the given classes "
+                                 "(default: through all classes)")
+
+    def cli_inputs(self, args):
+        self._require_class_conditional("cli_inputs")
+        return self._cli_labels(args), True
+
+    def _cli_labels(self, args) -> list[int]:
+        """--num images cycling through the --class-label values (default: through every class)."""
+        if not args.class_label:
+            return self.bench_inputs(args.num, args.seed)
+        return [args.class_label[i % len(args.class_label)] for i in range(max(args.num, len(args.class_label)))]
 
     def cli_generate(self, args, call: dict) -> int:
         """`mmspec generate PLUGIN --num N --out grid.png`: N images cycling through the classes."""
@@ -377,7 +388,7 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
         from .metrics import save_image_grid
 
         self._require_class_conditional("cli_generate")
-        labels = args.class_label or self.bench_inputs(args.num, args.seed)
+        labels = self._cli_labels(args)
         self.check_inputs(labels, 1.0, 1, "pt")
         codes, stats = self.bench_generate(labels, args.batch_size, args.seed, call)
         images = self.decode_tokens(torch.tensor(codes)).cpu()

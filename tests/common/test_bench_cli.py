@@ -119,3 +119,11 @@ def test_cli_generate(tmp_path, capsys):
                      "--out", str(out)]) == 0
     samples = json.loads(out.read_text())["samples"]
     assert samples[0]["prompt"] == "Return the" and len(samples[0]["completion"]) > 0
+
+
+def test_generate_compare_runs_ar_on_the_same_inputs(capsys):
+    assert cli.main(["generate", "speculative", "--num", "2", "--set", "max_new_tokens=12", "--compare"]) == 0
+    out = capsys.readouterr().out
+    assert "speculative vs plain AR on the same 2 inputs and seeds" in out
+    assert "outputs identical to AR: 2 of 2\n" in out  # greedy and lossless
+    assert "quality (AR -> plugin, n = 2; small n: mostly noise): target_nll" in out

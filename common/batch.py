@@ -224,11 +224,16 @@ def generate_batch(pipeline, samples: list[Sample], out: Path, call: dict, max_b
     return stats
 
 
-def batch_line(stats: DecodeStats, samples: list[Sample], seconds: float) -> str:
-    compact = stats.to_dict()
+def summed_stats(stats: DecodeStats) -> dict:
+    """`stats.to_dict()` without the per-row lists (the records hold them per sample)."""
+    out = stats.to_dict()
     for name in ("row_forwards", "row_committed"):
-        compact.pop(name)
-    return json.dumps({"ids": [s.id for s in samples], "seconds": round(seconds, 4), "stats": compact})
+        out.pop(name)
+    return out
+
+
+def batch_line(stats: DecodeStats, samples: list[Sample], seconds: float) -> str:
+    return json.dumps({"ids": [s.id for s in samples], "seconds": round(seconds, 4), "stats": summed_stats(stats)})
 
 
 def build_pipeline(plugin: str, model: str | None, config: dict, device: str):
@@ -292,16 +297,13 @@ def write_results(out: Path, samples: list[Sample], config: dict, refill_blocker
     forwards = sum(s["target_forwards"] for s in own)
     committed = sum(s["tokens_committed"] for s in own)
     compute, runs = read_run_logs(out)
-    compute_dict = compute.to_dict()
-    for name in ("row_forwards", "row_committed"):
-        compute_dict.pop(name)
     summary = {**config, "samples": len(records), "continuous_batching": refill_blocker is None,
                **({} if refill_blocker is None else {"continuous_batching_off_because": refill_blocker}),
                "per_sample": {"samples_with_own_statistics": len(own), "target_forwards": forwards,
                               "tokens_committed": committed,
                               "mean_accepted": round(committed / max(1, forwards), 4),
                               "nfe_per_sample": round(forwards / max(1, len(own)), 4)},
-               "compute": compute_dict, "runs": runs}
+               "compute": summed_stats(compute), "runs": runs}
     write_json_atomic(out / "summary.json", summary)
     return summary
 
@@ -349,7 +351,7 @@ def run_batch(pipeline, *, plugin: str, model: str | None, inputs: str | os.Path
 
         options = dict(engine_options or {})
         device = options.pop("device", "cpu")
-        run_ray(pipeline, todo, out, call, batch_size, out / "runs" / f"{run_name}.ray.jsonl",
+        run_ray(todo, out, call, batch_size, out / "runs" / f"{run_name}.ray.jsonl",
                 make_pipeline=partial(build_pipeline, plugin, model, config, device), base_dir=manifest.parent,
                 device=device, refill=blocker is None, **options)
     else:

@@ -43,11 +43,11 @@ class BatchWorker:
         return {"line": [batch_line(stats, samples, time.perf_counter() - begin)]}
 
 
-def run_ray(pipeline, todo: list[Sample], out: Path, call: dict, batch_size: int, log_path: Path, *,
+def run_ray(todo: list[Sample], out: Path, call: dict, batch_size: int, log_path: Path, *,
             make_pipeline, base_dir: Path, num_workers: int = 2, device: str = "cpu",
             cpus_per_worker: float = 0.5, refill: bool = False) -> int:
-    """Generate `todo` on a Ray actor pool; returns the samples written. `pipeline` (the driver's) has
-    already checked the inputs; the actors build theirs with `make_pipeline` (picklable, no arguments)."""
+    """Generate `todo` (inputs already checked by the driver's pipeline) on a Ray actor pool; returns the
+    samples written. The actors build their pipelines with `make_pipeline` (picklable, no arguments)."""
     try:
         import ray
         import ray.data

@@ -74,6 +74,12 @@ def prefill_rows(target: ARModel, ids: torch.Tensor, mask: torch.Tensor, prefill
     return state, pre_out is not None
 
 
+def check_max_batch_size(max_batch_size) -> None:
+    if max_batch_size is not None and (isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int)
+                                       or max_batch_size < 1):
+        raise ValueError(f"max_batch_size must be an int >= 1 or None, got {max_batch_size!r}")
+
+
 @dataclass
 class GenerationOutput:
     sequences: torch.Tensor  # [B, max_new_tokens] long; generated tokens, padded with pad_token_id
@@ -142,9 +148,8 @@ class SpeculativeDecoder:
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
         total = input_ids.shape[0]
+        check_max_batch_size(max_batch_size)
         if max_batch_size is not None:
-            if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
-                raise ValueError(f"max_batch_size must be an int >= 1 or None, got {max_batch_size!r}")
             blocker = self.refill_blocker() if max_batch_size < total else None
             if blocker is not None:
                 raise ValueError(f"max_batch_size={max_batch_size} < {total} rows needs continuous batching, "
@@ -159,12 +164,11 @@ class SpeculativeDecoder:
 
         out = torch.full((total, max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
         produced = torch.zeros(total, dtype=torch.long, device=device)
+        row_forwards = torch.zeros(total, dtype=torch.long, device=device)  # per-row statistics, no host sync
+        row_committed = torch.zeros(total, dtype=torch.long, device=device)
         rows = torch.arange(width, device=device)  # original index of each active row
         waiting = list(range(width, total))  # rows not admitted yet, in input order
-        ctx = StepContext(last_tokens=ids[:width, -1], positions=mask[:width].sum(1) - 1,
-                          num_draft_tokens=self.num_draft_tokens, logits=self.logits,
-                          generator=generator[:width] if isinstance(generator, list) else generator,
-                          remaining=torch.full((width,), max_new_tokens, dtype=torch.long, device=device))
+        ctx = self._context(rows, ids, mask, generator, max_new_tokens)
         step = 0
         while rows.numel():
             draft = self._draft(ctx, stats)
@@ -173,7 +177,9 @@ class SpeculativeDecoder:
                 acc = self.accept_rule(draft, target_probs, ctx.generator)
             committed = acc.num_accepted + 1
             stats.record_step(committed, draft.num_tokens if draft.tree is None else draft.tree.max_depth,
-                              draft.lengths, rows=rows)
+                              draft.lengths)
+            row_forwards[rows] += 1
+            row_committed[rows] += committed
             with stats.timer("accept", device):
                 self._keep(state, draft, acc)
                 self.target.crop(state, ctx.positions + committed)
@@ -199,8 +205,18 @@ class SpeculativeDecoder:
                                                 generator, max_new_tokens, stats)
             step += 1
         stats.tokens = int(produced.sum())
+        stats.row_forwards, stats.row_committed = row_forwards.tolist(), row_committed.tolist()
         stats.time_total_s = time.perf_counter() - start
         return GenerationOutput(sequences=out, lengths=produced, stats=stats)
+
+    def _context(self, rows: torch.Tensor, ids, mask, generator, max_new_tokens: int) -> StepContext:
+        """The step context of requests `rows` (indices into the call's ids / mask) before their first step."""
+        return StepContext(last_tokens=ids[rows, -1], positions=mask[rows].sum(1) - 1,
+                           num_draft_tokens=self.num_draft_tokens, logits=self.logits,
+                           generator=[generator[i] for i in rows.tolist()] if isinstance(generator, list)
+                           else generator,
+                           remaining=torch.full((rows.numel(),), max_new_tokens, dtype=torch.long,
+                                                device=rows.device))
 
     def _admit(self, state, ctx: StepContext, rows, waiting: list, width: int, ids, mask, prefill_input,
                generator, max_new_tokens: int, stats: DecodeStats):
@@ -210,13 +226,8 @@ class SpeculativeDecoder:
         new_state, fed = prefill_rows(self.target, ids, mask, prefill_input, take)
         stats.prefill_nfe += fed
         self.target.append_rows(state, new_state)
-        device = rows.device
-        take = take.to(device)
-        new_ctx = StepContext(last_tokens=ids[take, -1], positions=mask[take].sum(1) - 1,
-                              num_draft_tokens=self.num_draft_tokens, logits=self.logits,
-                              generator=[generator[i] for i in take.tolist()] if isinstance(generator, list)
-                              else generator,
-                              remaining=torch.full((take.numel(),), max_new_tokens, dtype=torch.long, device=device))
+        take = take.to(rows.device)
+        new_ctx = self._context(take, ids, mask, generator, max_new_tokens)
         if self.drafter is not None:
             self.drafter.admit(ids[take, :-1], mask[take, :-1], new_ctx)
         stats.add("admitted_rows", take.numel())

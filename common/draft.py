@@ -84,6 +84,7 @@ class DraftModelDrafter(Drafter):
     def _feed_root(self, ctx: StepContext, tree: TreeSpec | None):
         last, pos = ctx.last_tokens[:, None], ctx.positions[:, None]
         root = torch.zeros(1, dtype=torch.long)
+        token_mask = None
         if self._carry is None:
             tokens, positions, nodes = last, pos, (root if tree is not None else None)
         else:
@@ -91,10 +92,9 @@ class DraftModelDrafter(Drafter):
             tokens = torch.cat([self._carry.clamp(min=0)[:, None], last], 1)
             positions = torch.cat([pos - 1, pos], 1)
             nodes = torch.tensor([-1, 0]) if tree is not None else None
-            token_mask = None if bool(has_carry.all()) else torch.stack([has_carry, torch.ones_like(has_carry)], 1)
-            return self.model.forward(self.state, tokens, positions, tree=tree, tree_nodes=nodes,
-                                      token_mask=token_mask).logits[:, -1]
-        return self.model.forward(self.state, tokens, positions, tree=tree, tree_nodes=nodes).logits[:, -1]
+            token_mask = torch.stack([has_carry, torch.ones_like(has_carry)], 1)  # all True: as with no mask
+        return self.model.forward(self.state, tokens, positions, tree=tree, tree_nodes=nodes,
+                                  token_mask=token_mask).logits[:, -1]
 
     def propose(self, ctx):
         if self.tree is not None:

@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from .decoder import Decoder, GenerationOutput
+from .decoder import Decoder, GenerationOutput, check_max_batch_size
 from .plugin import DecodeRequest
 from .stats import DecodeStats
 from .structure import TokenStructure
@@ -81,9 +81,7 @@ class Pipeline:
         batches one after another. Either way each row's output is the same as decoding it alone."""
         decoder = self.build_decoder(request)
         total = input_ids.shape[0]
-        if max_batch_size is not None and (isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int)
-                                           or max_batch_size < 1):
-            raise ValueError(f"max_batch_size must be an int >= 1 or None, got {max_batch_size!r}")
+        check_max_batch_size(max_batch_size)
         if max_batch_size is None or max_batch_size >= total:
             return decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
                                     prefill_input=prefill_input, callback=callback)

@@ -100,11 +100,13 @@ class ScheduledDecoder:
                 new = probs.argmax(-1) if self.logits.greedy else sample_inverse_cdf(probs, uniforms)
                 out[:, step.sample_index] = new
             stats.record_step(torch.full((batch,), len(step.sample_index), dtype=torch.long),
-                              len(step.sample_index) - 1, rows=torch.arange(batch))
+                              len(step.sample_index) - 1)
             if callback is not None:
                 callback(t, {"rows": torch.arange(batch), "tokens": new,
                              "num_accepted": torch.full((batch,), len(step.sample_index) - 1)})
         stats.tokens = batch * max_new_tokens
+        steps = len(self.schedule.steps)  # every row takes part in every step and commits every token
+        stats.row_forwards, stats.row_committed = [steps] * batch, [max_new_tokens] * batch
         stats.time_total_s = time.perf_counter() - start
         lengths = torch.full((batch,), max_new_tokens, dtype=torch.long, device=device)
         return GenerationOutput(sequences=out, lengths=lengths, stats=stats)

@@ -25,7 +25,7 @@ class DecodeStats:
     time_accept_s: float = 0.0
     time_total_s: float = 0.0
     time_encode_s: float = 0.0  # the conditioning encoder a pipeline runs before decoding, if any
-    # Per row of one decode call, in input order (filled by decoders that pass `rows` to `record_step`; empty
+    # Per row of one decode call, in input order (set by decoders that track rows, when the call ends; empty
     # otherwise). `merge` concatenates them, so a merged run lists every row of every call in call order.
     row_forwards: list[int] = field(default_factory=list)  # decode steps row b took part in
     row_committed: list[int] = field(default_factory=list)  # tokens committed to row b (before EOS / length cuts)
@@ -56,18 +56,10 @@ class DecodeStats:
     def acceptance_per_position(self) -> list[float]:
         return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
 
-    def record_step(self, committed: torch.Tensor, num_drafted: int, lengths: torch.Tensor | None = None,
-                    rows: torch.Tensor | None = None) -> None:
+    def record_step(self, committed: torch.Tensor, num_drafted: int, lengths: torch.Tensor | None = None) -> None:
         """committed: [B] tokens committed per active row this step (accepted drafts + 1); lengths [B]: drafts
-        each row really had (ragged chains), None = num_drafted for every row; rows [B]: the active rows'
-        indices among the call's `num_rows` (fills row_forwards / row_committed)."""
+        each row really had (ragged chains), None = num_drafted for every row."""
         self.row_steps += committed.numel()
-        if rows is not None:
-            if not self.row_forwards:
-                self.row_forwards, self.row_committed = [0] * self.num_rows, [0] * self.num_rows
-            for row, n in zip(rows.tolist(), committed.tolist()):
-                self.row_forwards[row] += 1
-                self.row_committed[row] += n
         width = num_drafted + 2
         if len(self.accepted_hist) < width:
             self.accepted_hist += [0] * (width - len(self.accepted_hist))

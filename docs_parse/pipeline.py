@@ -524,10 +524,7 @@ class DocParsePipeline(Pipeline):
     def cli_generate(self, args, call: dict) -> int:
         """`mmspec generate PLUGIN --page p.png ...`: print each page's markdown. `--out page.md` writes it
         there (all pages, separated by a rule); `--out DIR` writes DIR/<image name>.md per page."""
-        from .pages import load_held_out_set
-
-        paths = args.page or [row["image"] for row in self.cli_held_out(load_held_out_set(), args.num, "pages",
-                                                                          "--page")]
+        paths = [row["image"] for row in self.cli_inputs(args)[0]]
         out = self(paths, batch_size=args.batch_size, **call)
         files = []  # (printed name, file stem) per page: a PDF's pages get _p<index>
         for source in out.sources:

@@ -236,7 +236,9 @@ class ASRPipeline(Pipeline):
             if cut[i]:
                 notes[i].append(f"reached max_new_tokens={max_new_tokens} before the end of an utterance: its text "
                                 "is cut (raise max_new_tokens)")
-        segments = [owners.count(i) for i in range(num_inputs)]
+        segments = [0] * num_inputs
+        for owner in owners:
+            segments[owner] += 1
         if segments != [1] * num_inputs:  # decode rows were utterances, not inputs
             stats.forget_rows()
             stats.num_rows = num_inputs
@@ -314,10 +316,7 @@ class ASRPipeline(Pipeline):
         """`mmspec generate PLUGIN --audio a.wav ...`: print transcripts (held-out clips without --audio)."""
         import json
 
-        from .data import load_test_set
-
-        paths = args.audio or [row["audio"] for row in self.cli_held_out(load_test_set(), args.num, "clips",
-                                                                             "--audio")]
+        paths = [row["audio"] for row in self.cli_inputs(args)[0]]
         out = self(paths, batch_size=args.batch_size, **call)
         for path, text in zip(paths, out.texts):
             print(f"{path}: {text}")

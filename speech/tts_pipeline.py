@@ -351,10 +351,7 @@ class TTSPipeline(Pipeline):
         texts: a_0.wav, a_1.wav, ...)."""
         import soundfile
 
-        from .tts_data import load_tts_test_set
-
-        texts = args.text or [row["text"] for row in self.cli_held_out(load_tts_test_set(), args.num, "sentences",
-                                                                         "--text")]
+        texts = [row["text"] for row in self.cli_inputs(args)[0]]
         generators = [torch.Generator().manual_seed(args.seed + i) for i in range(len(texts))]
         out = self(texts, generator=generators, batch_size=args.batch_size, **call)
         target = Path(args.out or "speech.wav")

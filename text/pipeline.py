@@ -267,7 +267,7 @@ class TextPipeline(Pipeline):
 
     def cli_generate(self, args, call: dict) -> int:
         """`mmspec generate PLUGIN --prompt ...`: print completions (and write JSON with --out)."""
-        prompts = args.prompt or bench_prompts(args.num)
+        prompts = self.cli_inputs(args)[0]
         sequences, stats = self.bench_generate(prompts, args.batch_size, args.seed, call)
         records = [{"prompt": p, "completion": self.decode_tokens(s)} for p, s in zip(prompts, sequences)]
         for r in records:

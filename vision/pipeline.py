@@ -18,6 +18,7 @@ negative prompt; for Janus and Chameleon it is an extension).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -287,20 +288,29 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
         """Image i always uses generator seed+i, whatever the batching. Returns code lists + stats.
 
         inputs: class labels, or prompts for a text-to-image pipeline."""
-        key = "class_labels" if self.is_class_conditional else "prompt"
         sequences, stats = [], DecodeStats()
-        disabled = getattr(self, "_progress_bar_config", {}).get("disable")
-        self.set_progress_bar_config(disable=True)
-        try:
+        with self._progress_bar_off():
             for start in range(0, len(inputs), batch_size):
                 chunk = inputs[start:start + batch_size]
                 gens = [torch.Generator().manual_seed(seed + start + i) for i in range(len(chunk))]
-                out = self(**{key: chunk}, generator=gens, output_type="pt", **settings)
+                out = self(**{self._input_key: chunk}, generator=gens, output_type="pt", **settings)
                 sequences += out.tokens.tolist()
                 stats = stats.merge(out.stats)
+        return sequences, stats
+
+    @property
+    def _input_key(self) -> str:
+        return "class_labels" if self.is_class_conditional else "prompt"
+
+    @contextmanager
+    def _progress_bar_off(self):
+        """The harness (bench, batch runner) shows its own progress; the per-call bar is off meanwhile."""
+        disabled = getattr(self, "_progress_bar_config", {}).get("disable")
+        self.set_progress_bar_config(disable=True)
+        try:
+            yield
         finally:
             self.set_progress_bar_config(disable=disabled)
-        return sequences, stats
 
     @torch.no_grad()
     def bench_quality(self, inputs: list[int], sequences: list[list[int]]) -> dict:
@@ -352,13 +362,8 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
         return value
 
     def batch_generate(self, inputs: list, generators: list, call: dict):
-        key = "class_labels" if self.is_class_conditional else "prompt"
-        disabled = getattr(self, "_progress_bar_config", {}).get("disable")
-        self.set_progress_bar_config(disable=True)
-        try:
-            out = self(**{key: inputs}, generator=generators, output_type="pil", **call)
-        finally:
-            self.set_progress_bar_config(disable=disabled)
+        with self._progress_bar_off():
+            out = self(**{self._input_key: inputs}, generator=generators, output_type="pil", **call)
         return out.images, out.stats
 
     def batch_write(self, output, path) -> None:

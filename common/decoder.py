@@ -69,6 +69,7 @@ def prefill_rows(target: ARModel, ids: torch.Tensor, mask: torch.Tensor, prefill
             aligned = target.prefill_input_rows(aligned, rows.to(aligned[0].device), ids.shape[0])
         pre_ids, pre_mask = aligned
     device = target.device
+    target.set_prefill_requests(rows)
     state, pre_out = target.prefill(pre_ids[:, :-1].to(device), pre_mask[:, :-1].to(device))
     target.begin_decode(state, pre_ids[:, -1].to(device))
     return state, pre_out is not None
@@ -78,6 +79,24 @@ def check_max_batch_size(max_batch_size) -> None:
     if max_batch_size is not None and (isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int)
                                        or max_batch_size < 1):
         raise ValueError(f"max_batch_size must be an int >= 1 or None, got {max_batch_size!r}")
+
+
+@dataclass
+class ArrivingRows:
+    """Requests that join a running `generate` call, e.g. branches a running row forks from its output: their
+    prompts [n, T] (any padding side with attention_mask) and, when the call runs one generator per row,
+    one for each of them (else None: they share the call's generator)."""
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor | None = None
+    generator: list | None = None
+
+
+def _pad_left(ids: torch.Tensor, mask: torch.Tensor, width: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-aligned prompts widened to `width` columns with masked `pad` ids (a valid id: adapters embed them)."""
+    extra = width - ids.shape[1]
+    if extra <= 0:
+        return ids, mask
+    return (torch.nn.functional.pad(ids, (extra, 0), value=pad), torch.nn.functional.pad(mask, (extra, 0)))
 
 
 @dataclass
@@ -101,7 +120,10 @@ class Decoder(Protocol):
 
     A decoder that also takes `max_batch_size=` decodes at most that many rows at once and, as rows
     finish, admits the waiting ones into their places (continuous batching); `refill_blocker()` returns
-    None when it can, else why not (`Pipeline.run_decoder` then runs batches one after another).
+    None when it can, else why not (`Pipeline.run_decoder` then runs batches one after another). Such a
+    decoder also takes `arrivals=`: a callable (step, info) -> `ArrivingRows` | None, asked after every step
+    (info as the callback's, plus "sequences" [N, max_new_tokens] and "lengths" [N], every request's output
+    so far), whose rows join the call as new requests after the given ones, in arrival order.
     """
 
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
@@ -142,19 +164,23 @@ class SpeculativeDecoder:
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                  max_new_tokens: int, generator=None, prefill_input: tuple | None = None,
-                 callback=None, max_batch_size: int | None = None) -> GenerationOutput:
+                 callback=None, max_batch_size: int | None = None, arrivals=None) -> GenerationOutput:
         """Generate up to max_new_tokens per row (the `Decoder` contract). max_batch_size: decode at most
-        that many rows at once, admitting waiting rows as others finish (see `Decoder`)."""
+        that many rows at once, admitting waiting rows as others finish; arrivals: requests that join while
+        the call runs (see `Decoder`)."""
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
         total = input_ids.shape[0]
         check_max_batch_size(max_batch_size)
+        if arrivals is not None and self.refill_blocker() is not None:
+            raise ValueError(f"arrivals= needs continuous batching, but {self.refill_blocker()}")
         if max_batch_size is not None:
             blocker = self.refill_blocker() if max_batch_size < total else None
             if blocker is not None:
                 raise ValueError(f"max_batch_size={max_batch_size} < {total} rows needs continuous batching, "
                                  f"but {blocker}")
-        width = total if max_batch_size is None else min(max_batch_size, total)
+        limit = max_batch_size if max_batch_size is not None else (total if arrivals is None else 2 ** 62)
+        width = min(limit, total)
         begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator, width)
         ids, mask, state, generator, stats, start = (begun.ids, begun.mask, begun.state, begun.generator,
                                                      begun.stats, begun.start_time)
@@ -190,6 +216,13 @@ class SpeculativeDecoder:
                 ctx.remaining = max_new_tokens - produced[rows]
                 if callback is not None:
                     callback(step, {"rows": rows, "tokens": acc.tokens, "num_accepted": acc.num_accepted})
+                if arrivals is not None:
+                    arrived = arrivals(step, {"rows": rows, "tokens": acc.tokens, "num_accepted": acc.num_accepted,
+                                              "sequences": out, "lengths": produced})
+                    if arrived is not None and arrived.input_ids.shape[0]:
+                        ids, mask, generator, out, produced, row_forwards, row_committed = self._enlist(
+                            arrived, waiting, ids, mask, generator, out, produced, row_forwards, row_committed)
+                        stats.num_rows = ids.shape[0]
                 if finished.any():
                     keep = (~finished).nonzero().flatten()
                     rows = rows[keep]
@@ -200,9 +233,9 @@ class SpeculativeDecoder:
                     ctx.remaining = ctx.remaining[keep]
                     if isinstance(ctx.generator, list):
                         ctx.generator = [ctx.generator[i] for i in keep.tolist()]
-                    if waiting:
-                        rows, ctx = self._admit(state, ctx, rows, waiting, width, ids, mask, prefill_input,
-                                                generator, max_new_tokens, stats)
+                if waiting and rows.numel() < limit:
+                    rows, ctx = self._admit(state, ctx, rows, waiting, limit, ids, mask, prefill_input,
+                                            generator, max_new_tokens, stats)
             step += 1
         stats.tokens = int(produced.sum())
         stats.row_forwards, stats.row_committed = row_forwards.tolist(), row_committed.tolist()
@@ -217,6 +250,25 @@ class SpeculativeDecoder:
                            else generator,
                            remaining=torch.full((rows.numel(),), max_new_tokens, dtype=torch.long,
                                                 device=rows.device))
+
+    def _enlist(self, arrived: ArrivingRows, waiting: list, ids, mask, generator, out, produced, row_forwards,
+                row_committed):
+        """Add arriving requests after the call's rows (to be admitted as places allow); returns the grown
+        per-request tensors."""
+        new_ids, new_mask, _ = left_align(arrived.input_ids, arrived.attention_mask)
+        n, device = new_ids.shape[0], ids.device
+        if isinstance(generator, list) != (arrived.generator is not None):
+            raise ValueError("arriving rows need one generator each exactly when the call has one per row")
+        if arrived.generator is not None and len(arrived.generator) != n:
+            raise ValueError(f"{n} arriving rows came with {len(arrived.generator)} generators")
+        width = max(ids.shape[1], new_ids.shape[1])
+        ids, mask = _pad_left(ids, mask, width, 0)
+        new_ids, new_mask = _pad_left(new_ids.to(device), new_mask.to(device), width, 0)
+        waiting.extend(range(ids.shape[0], ids.shape[0] + n))
+        grow = lambda t, fill: torch.cat([t, t.new_full((n, *t.shape[1:]), fill)])  # noqa: E731
+        return (torch.cat([ids, new_ids]), torch.cat([mask, new_mask]),
+                generator + list(arrived.generator) if arrived.generator is not None else generator,
+                grow(out, self.pad_token_id), grow(produced, 0), grow(row_forwards, 0), grow(row_committed, 0))
 
     def _admit(self, state, ctx: StepContext, rows, waiting: list, width: int, ids, mask, prefill_input,
                generator, max_new_tokens: int, stats: DecodeStats):

@@ -100,6 +100,11 @@ class ARModel:
         out = self.forward(state, ids, positions, token_mask=mask, output_hidden=output_hidden)
         return state, out
 
+    def set_prefill_requests(self, requests: torch.Tensor) -> None:
+        """Told before each prefill a decode loop runs which requests of its call (indices into the call's
+        rows, [B] long) that prefill's rows are. An adapter holding data per request (e.g. the image each row
+        reads) looks its rows up here; with continuous batching they are not 0..B-1. The default keeps none."""
+
     def begin_decode(self, state: DecodeState, last_prompt_tokens: torch.Tensor) -> None:
         """Told the prompts' last tokens (fed with the first drafts), in prefill's row layout."""
 

@@ -26,6 +26,7 @@ from .stats import DecodeStats
 from .structure import TokenStructure
 
 PLUGIN_FILE = "mmspec_plugin.json"
+PIPELINE_FILE = "mmspec_pipeline.json"  # which registered pipeline a saved folder holds (`load_saved_pipeline`)
 
 
 def refill_blocker(decoder) -> str | None:
@@ -73,15 +74,23 @@ class Pipeline:
 
     def run_decoder(self, request: DecodeRequest, input_ids, attention_mask=None, *, max_new_tokens: int,
                     generator=None, prefill_input: tuple | None = None, callback=None,
-                    max_batch_size: int | None = None) -> GenerationOutput:
+                    max_batch_size: int | None = None, arrivals=None) -> GenerationOutput:
         """The one place a plugin's decoder runs: build it for this request, generate.
 
         max_batch_size: decode at most this many rows at once. A decoder that can (`refill_blocker()` is
         None) admits waiting rows as others finish (continuous batching); any other runs the rows in
-        batches one after another. Either way each row's output is the same as decoding it alone."""
+        batches one after another. Either way each row's output is the same as decoding it alone.
+        arrivals: requests that join while the decode runs (see `Decoder`); needs a decoder that admits rows."""
         decoder = self.build_decoder(request)
         total = input_ids.shape[0]
         check_max_batch_size(max_batch_size)
+        if arrivals is not None:  # rows join while it runs: only a decoder that admits rows can take them
+            blocker = refill_blocker(decoder)
+            if blocker is not None:
+                raise ValueError(f"arrivals= needs continuous batching, but {blocker}")
+            return decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
+                                    prefill_input=prefill_input, callback=callback, max_batch_size=max_batch_size,
+                                    arrivals=arrivals)
         if max_batch_size is None or max_batch_size >= total:
             return decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
                                     prefill_input=prefill_input, callback=callback)
@@ -133,7 +142,9 @@ class Pipeline:
 
     # --- persistence -----------------------------------------------------------------------------
     def save_plugin(self, directory: str | os.PathLike) -> None:
-        """Write the attached plugin (name, config, any trained heads) into `directory`; nothing for AR."""
+        """Write the attached plugin (name, config, any trained heads) into `directory`; nothing for AR. Also
+        names this pipeline there, so `--model FOLDER` and `load_saved_pipeline` know what to load."""
+        (Path(directory) / PIPELINE_FILE).write_text(json.dumps({"pipeline": self.pipeline_name}, indent=2) + "\n")
         path = Path(directory) / PLUGIN_FILE
         if self.plugin is None:
             if path.exists():
@@ -145,6 +156,11 @@ class Pipeline:
         config = {**asdict(self.plugin.config), **overrides}
         path.write_text(json.dumps({"name": self.plugin.name, "config": config, "paths": sorted(overrides)},
                                    indent=2, default=str))
+
+    @classmethod
+    def from_saved(cls, directory: str | os.PathLike, device: str = "cpu") -> "Pipeline":
+        """The pipeline `save_pretrained` wrote into `directory`, on `device` (its saved plugin attached)."""
+        return cls.from_pretrained(directory, device=device)
 
     @staticmethod
     def load_saved_plugin(directory: str | os.PathLike):

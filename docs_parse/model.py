@@ -116,9 +116,15 @@ class PagePrompts:
 
     def decode_layout(self, ids: list[int]) -> list[tuple[str, tuple[int, int, int, int]]]:
         """(type, box) per complete group of five tokens; malformed groups are skipped."""
+        return self.layout_blocks(ids)[0]
+
+    def layout_blocks(self, ids: list[int], start: int = 0) -> tuple[list[tuple[str, tuple[int, int, int, int]]], int]:
+        """`decode_layout` from token `start` on, and where to resume once more tokens are out: reading a
+        growing sequence piece by piece finds the same blocks as reading it whole (a layout pass's blocks can
+        start their region rows while it still runs)."""
         by_type = {v: k for k, v in self.type_ids.items()}
         by_loc = {v: i for i, v in enumerate(self.loc_ids)}
-        out, i = [], 0
+        out, i = [], start
         while i + 5 <= len(ids):
             group = ids[i:i + 5]
             if group[0] in by_type and all(g in by_loc for g in group[1:]):
@@ -126,7 +132,7 @@ class PagePrompts:
                 i += 5
             else:
                 i += 1
-        return out
+        return out, i
 
 
 class GotOcr2Prompts:
@@ -241,24 +247,46 @@ def encode_pages(model, pixel_values: torch.Tensor) -> torch.Tensor:
 class PageVLMAR(HFCausalLM):
     """`ARModel` over a GOT-OCR2-style VLM for a batch of prompts whose `<image>` placeholders are filled
     from `image_features[row_pages[b]]` ([P, N, D], N = placeholders per prompt): rows may share a page.
-    Only the decoder runs per step; the vision tower ran once in `encode_pages`."""
+    Only the decoder runs per step; the vision tower ran once in `encode_pages`. Rows may join a running
+    batch (`append_rows`; `add_requests` for requests that arrive mid-decode, such as region branches).
+
+    shared_prefix: prompts that agree on their first `shared_prefix` tokens (a page's region prompts) run
+    that prefix once per page, in whichever prefill first needs it, and every later row of the page forks it;
+    0 shares only among the rows of one prefill."""
 
     def __init__(self, model, image_features: torch.Tensor, row_pages: torch.Tensor, image_token_id: int,
-                 compact_slack: int = 64):
+                 compact_slack: int = 64, shared_prefix: int = 0):
         super().__init__(model, compact_slack)
+        self.shared_prefix = shared_prefix  # prompts that agree on this many leading tokens share their KV
         self.language_model = model.model.language_model
         self._cache_kwarg = hf_cache_kwarg(self.language_model)
         self.lm_head = model.lm_head
         self.image_features = image_features
-        self.row_pages = row_pages.to(image_features.device)
+        self.row_pages = row_pages.to(image_features.device)  # request -> page
         self.image_token_id = image_token_id
+        self._prefill_requests: torch.Tensor | None = None
+        self._prefixes: dict = {}  # (prefix ids, page) -> a one-row state holding that page's prefix KV
+
+    def add_requests(self, pages) -> None:
+        """Requests that join the call after the given ones read these pages (one per request)."""
+        pages = torch.as_tensor(pages, dtype=torch.long, device=self.row_pages.device)
+        self.row_pages = torch.cat([self.row_pages, pages])
+
+    def set_prefill_requests(self, requests: torch.Tensor) -> None:
+        self._prefill_requests = requests.to(self.device)
+
+    def _requests(self, batch_size: int) -> torch.Tensor:
+        requests = self._prefill_requests
+        if requests is None or requests.numel() != batch_size:
+            return torch.arange(batch_size, device=self.device)
+        return requests
 
     def new_state(self, batch_size: int) -> DecodeState:
         from transformers import DynamicCache
 
         state = DecodeState(cache=DynamicCache(config=self.config.text_config),
                             slots=SlotTable.empty(batch_size, self.device))
-        state.extra = {"rows": torch.arange(batch_size, device=self.device),  # this state's rows -> row_pages
+        state.extra = {"rows": self._requests(batch_size),  # this state's rows -> requests -> row_pages
                        "placed": torch.zeros(batch_size, dtype=torch.bool, device=self.device)}
         return state
 
@@ -289,47 +317,74 @@ class PageVLMAR(HFCausalLM):
         return self.language_model.get_input_embeddings()
 
     def prefill(self, input_ids, attention_mask=None, output_hidden=False):
-        """Prompts of one page that start alike (its region prompts: `<s> <image>×N <task_region>`, then
-        each block's box) share that prefix's KV: it runs once per page, the cache is forked to every row
-        reading that page (`select_rows` with repeated rows), and only the rest of each prompt is fed. The
-        result equals prefilling every row whole (tested); anything else falls back to that."""
+        """Prompts that start alike (a page's region prompts: `<s> <image>×N <task_region>`, then each block's
+        box) share that prefix's KV per page: it runs once per page and prefix, is kept, and is forked to
+        every row reading that page, now or in a later prefill (rows admitted mid-decode), and only the rest
+        of each prompt is fed. The result equals prefilling every row whole (tested); prompts with no common
+        unpadded prefix are prefilled whole."""
         ids, mask, _ = left_align(input_ids, attention_mask, allow_empty=True)
-        shared = self._shared_prefix(ids, mask)
-        if output_hidden or shared is None:
+        requests = self._requests(ids.shape[0])
+        length = self._prefix_length(ids, mask, requests)
+        if output_hidden or length == 0:
             return super().prefill(input_ids, attention_mask, output_hidden)
-        length, leaders, fork = shared
         ids, device = ids.to(self.device), self.device
-        state = self.new_state(len(leaders))
-        state.extra["rows"] = leaders.to(device)  # a leader row reads its own page
-        positions = torch.arange(length, device=device).expand(len(leaders), -1)
-        self.forward(state, ids[leaders, :length], positions)
-        self.select_rows(state, fork.to(device))  # row b continues from its leader's prefix cache
-        state.extra["rows"] = torch.arange(ids.shape[0], device=device)
+        state = self._fork_prefixes(ids[0, :length], requests)
+        state.extra["rows"] = requests
         if ids.shape[1] == length:
             return state, None
         positions = torch.arange(length, ids.shape[1], device=device).expand(ids.shape[0], -1)
         return state, self.forward(state, ids[:, length:], positions)
 
-    def _shared_prefix(self, ids: torch.Tensor, mask: torch.Tensor):
-        """(prefix length, leader row of each group [G], group of each row [B]) when rows of one page share an
-        unpadded prefix of at least one token and some page has two or more rows; None otherwise."""
-        if ids.shape[0] < 2 or ids.shape[1] == 0 or not bool(mask.all()):
-            return None
+    def _prefix_length(self, ids: torch.Tensor, mask: torch.Tensor, requests: torch.Tensor) -> int:
+        """How many leading tokens to take from per-page prefix KV: `shared_prefix` when every row has those
+        alike; else, when some page has two or more rows, every column all rows have alike and unpadded;
+        else 0 (prefill whole)."""
+        if ids.shape[1] == 0 or not bool(mask.all()):
+            return 0
         same = (ids == ids[:1]).all(0)
-        length = int(same.long().cumprod(0).sum())  # columns equal across every row, from the start
-        if length == 0:
-            return None
-        pages = self.row_pages.cpu()[: ids.shape[0]]
-        _, group = torch.unique(pages, return_inverse=True)
-        if int(group.max()) + 1 == ids.shape[0]:
-            return None  # one row per page: nothing to share
-        leaders = torch.tensor([int((group == g).nonzero()[0]) for g in range(int(group.max()) + 1)])
-        return length, leaders, group
+        common = int(same.long().cumprod(0).sum())  # columns equal across every row, from the start
+        if self.shared_prefix and common >= self.shared_prefix:
+            return self.shared_prefix
+        if self.row_pages[requests].unique().numel() == ids.shape[0]:
+            return 0  # one row per page: nothing to share
+        return common
+
+    def _fork_prefixes(self, prefix: torch.Tensor, requests: torch.Tensor) -> DecodeState:
+        """A state whose row b holds the KV of `prefix` over request b's page: pages not seen with this prefix
+        yet run it in one forward (kept for later prefills), then every row continues a copy of its page's."""
+        import copy
+
+        key = tuple(prefix.tolist())
+        pages = self.row_pages[requests].tolist()
+        missing = [p for p in dict.fromkeys(pages) if (key, p) not in self._prefixes]
+        if missing:
+            leaders = torch.tensor([int(requests[pages.index(p)]) for p in missing], device=self.device)
+            saved, self._prefill_requests = self._prefill_requests, leaders
+            try:
+                state = self.new_state(len(missing))
+            finally:
+                self._prefill_requests = saved
+            positions = torch.arange(len(key), device=self.device).expand(len(missing), -1)
+            self.forward(state, prefix.expand(len(missing), -1), positions)
+            for i, page in enumerate(missing):
+                one = copy.deepcopy(state)
+                self.select_rows(one, torch.tensor([i], device=self.device))
+                self._prefixes[(key, page)] = one
+        order = list(dict.fromkeys(pages))
+        state = copy.deepcopy(self._prefixes[(key, order[0])])
+        for page in order[1:]:
+            self.append_rows(state, copy.deepcopy(self._prefixes[(key, page)]))
+        self.select_rows(state, torch.tensor([order.index(p) for p in pages], device=self.device))
+        return state
 
     def select_rows(self, state, rows):
         state.extra["rows"] = state.extra["rows"][rows.to(self.device)]
         state.extra["placed"] = state.extra["placed"][rows.to(self.device)]
         super().select_rows(state, rows)
+
+    def append_rows(self, state, other):
+        state.extra = {name: torch.cat([state.extra[name], other.extra[name]]) for name in ("rows", "placed")}
+        super().append_rows(state, other)
 
     def _map_kv(self, state, fn):
         map_dynamic_cache(state.cache, fn)

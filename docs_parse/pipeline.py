@@ -8,8 +8,11 @@
 Modes (`mode=`):
     page            one prompt per page; the model writes the page's markdown in reading order.
     layout          one prompt per page; the model writes typed boxes in reading order (no text).
-    layout+regions  the layout pass, then one region prompt per block, all blocks of all pages of a batch
-                    decoded as rows of one batch; the markdown is the blocks' text joined in reading order.
+    layout+regions  the layout pass, and one region prompt per block it finds, all blocks of all pages of a
+                    batch decoded as rows of one batch; the markdown is the blocks' text joined in reading
+                    order. Where the plugin admits rows into a running decode, a block's row starts as soon
+                    as the layout pass has written it (HPD-style streaming, `stream=`); else once the layout
+                    pass has ended. Either way the output is the same.
     regions         one region prompt per box you give (`regions=`, one list of boxes per page), no layout.
 
 The vision encoder runs once per page: the layout pass and every region prompt of the page read the same
@@ -24,7 +27,9 @@ model's square input (320 px for the bundled model; GOT-OCR2 checkpoints use 102
 input image's own pixels.
 
 Randomness: with one generator per page (a list), a page's output depends on its generator only, so a batch
-equals its pages one by one; region prompts draw from generators seeded from their page's generator.
+equals its pages one by one; region prompts draw from generators seeded from their page's generator (its
+first draw, before the layout pass), so streaming does not change sampled output either. One generator shared
+by all pages is drawn from in decode order, which streaming changes.
 """
 
 from __future__ import annotations
@@ -42,13 +47,14 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
+from ..common.decoder import ArrivingRows
 from ..common.logits import LogitsPipeline, check_generators
-from ..common.pipeline import Pipeline
+from ..common.pipeline import Pipeline, refill_blocker
 from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
 from .model import GotOcr2PixelProcessor, GotOcr2Prompts, PageImageProcessor, PagePrompts, PageVLMAR, encode_pages
 from .pages import BLOCK_TYPES
-from .structure import PAGES, REGIONS, TIME_LAYOUT, TIME_REGIONS, UNFINISHED_ROWS, PageRegions
+from .structure import PAGES, REGIONS, STREAMED, TIME_LAYOUT, TIME_REGIONS, UNFINISHED_ROWS, PageRegions
 
 BUNDLED_DOC_DIR = Path(__file__).parent / "bundled" / "doc_tiny"
 MODES = ("page", "layout", "layout+regions", "regions")
@@ -232,6 +238,64 @@ def page_of_blocks(blocks: list[ParsedBlock]) -> str:
 
 # --- the pipeline ------------------------------------------------------------------------------------------
 
+class RegionBranches:
+    """The `arrivals=` of a streamed layout+regions decode (after HPD-Parsing): requests 0..P-1 are the pages'
+    layout rows; each block a layout row completes (a type token and four box tokens) joins the running decode
+    as a region row of its page. Blocks are read as `PagePrompts.decode_layout` reads the finished sequence,
+    so the rows are the same as after the whole layout pass.
+
+    Blocks are released in groups of at least `BLOCKS_PER_PAGE_PER_RELEASE` × pages (and whatever is left when
+    the last layout row ends): each release costs the decode one prefill forward (the boxes; the page's
+    prompt prefix is shared), so releasing every block at once would add about one forward per decode step
+    under `ptp`, whose layout rows write about a block a step. On doc-tiny, 3 per page gave the fewest
+    forwards over AR and ptp at batch 1 and 4 (1: 31 forwards a page for ptp, 2: 25, 4: 23; AR 85, 79, 84)."""
+
+    BLOCKS_PER_PAGE_PER_RELEASE = 3
+
+    def __init__(self, prompts, num_pages: int, seeds: list[int] | None, generator):
+        self.prompts, self.num_pages = prompts, num_pages
+        self.release_size = self.BLOCKS_PER_PAGE_PER_RELEASE * num_pages
+        self.seeds, self.generator = seeds, generator
+        self.target: PageVLMAR | None = None  # set by `DocParsePipeline.decode`
+        self.cursor = [0] * num_pages  # where each layout row's next block starts
+        self.blocks: list[list[tuple]] = [[] for _ in range(num_pages)]  # (type, box) per page, in order
+        self.rows: list[tuple[int, int]] = []  # (page, block index) per region request, in arrival order
+        self.pending: list[tuple[int, int]] = []  # blocks found but not yet released as rows
+        self.layout_end: float | None = None  # when the last layout row had finished
+
+    def __call__(self, step: int, info: dict) -> ArrivingRows | None:
+        if self.layout_end is not None:
+            return None
+        live = [row for row in info["rows"].tolist() if row < self.num_pages]
+        if not live:
+            self.layout_end = time.perf_counter()
+            return None
+        for page, length in zip(live, info["lengths"][live].tolist()):
+            ids = info["sequences"][page, :length].tolist()
+            found, self.cursor[page] = self.prompts.layout_blocks(ids, self.cursor[page])
+            for block in found:
+                self.pending.append((page, len(self.blocks[page])))
+                self.blocks[page].append(block)
+        if not self.pending or (len(self.pending) < self.release_size and self._layout_running(info, live)):
+            return None
+        release, self.pending = self.pending, []
+        self.rows += release
+        pages = [page for page, _ in release]
+        prompts = [self.prompts.prompt("region", self.blocks[page][index][1]) for page, index in release]
+        generators = None if self.seeds is None else [
+            DocParsePipeline._region_generator(self.generator, self.seeds, page, index) for page, index in release]
+        self.target.add_requests(pages)
+        return ArrivingRows(torch.tensor(prompts, device=info["sequences"].device), generator=generators)
+
+    def _layout_running(self, info, live) -> bool:
+        """Whether a layout row goes on after this step (not ended by its end token or its length limit)."""
+        eos = self.prompts.eos_token_id
+        for page, length in zip(live, info["lengths"][live].tolist()):
+            if length < info["sequences"].shape[1] and int(info["sequences"][page, length - 1]) != eos:
+                return True
+        return False
+
+
 class DocParsePipeline(Pipeline):
     """Page parsing over a GOT-OCR2-style VLM (`transformers` `GotOcr2ForConditionalGeneration`) with a
     decoding plugin. Two prompt sets: mmspec's page / layout / region prompts (`PagePrompts`, the bundled
@@ -240,7 +304,8 @@ class DocParsePipeline(Pipeline):
     modality = "docs"
     pipeline_name = "docs"
     bench_num_samples = 48
-    call_defaults = {"mode": "page", "max_new_tokens": 640, "temperature": 0.0, "top_k": None, "top_p": None}
+    call_defaults = {"mode": "page", "max_new_tokens": 640, "temperature": 0.0, "top_k": None, "top_p": None,
+                     "stream": None}
     bench_settings = {"block_type": None}  # mode=regions: read only the held-out pages' true blocks of this type
 
     def __init__(self, model, tokenizer, processor=None, plugin=None, prompts=None):
@@ -321,8 +386,9 @@ class DocParsePipeline(Pipeline):
     @torch.no_grad()
     def __call__(self, images, *, mode: str = "page", regions=None, batch_size: int = 4, max_new_tokens: int = 640,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, generator=None,
-                 pdf_dpi: int = 150, return_dict: bool = True) -> DocParseOutput:
-        """Parse `images` (one page or a list; see the module docstring)."""
+                 pdf_dpi: int = 150, stream: bool | None = None, return_dict: bool = True) -> DocParseOutput:
+        """Parse `images` (one page or a list; see the module docstring). stream (layout+regions): start each
+        block's region row while the layout pass runs; None does when the plugin can, True insists."""
         items = images if isinstance(images, list) else [images]
         if not items:
             raise ValueError("images is an empty list")
@@ -337,12 +403,19 @@ class DocParsePipeline(Pipeline):
                              "mode='page', or mode='regions' with regions= boxes")
         _check_int("batch_size", batch_size, 1)
         _check_int("max_new_tokens", max_new_tokens, 1)
+        if stream not in (None, True, False):
+            raise ValueError(f"stream must be None, True or False, got {stream!r}")
+        if stream is not None and mode != "layout+regions":
+            raise ValueError(f"stream= goes with mode='layout+regions' (region rows starting during the layout "
+                             f"pass), got mode={mode!r}")
+        logits = LogitsPipeline(temperature=temperature, top_k=top_k, top_p=top_p)
+        if mode == "layout+regions":
+            stream = self._can_stream(stream, logits)
         longest_prompt = len(self.prompts.prompt("region", (0, 0, self.processor.size, self.processor.size)))
         if longest_prompt + max_new_tokens > self.max_positions:
             raise ValueError(f"max_new_tokens must be at most {self.max_positions - longest_prompt} for this model "
                              f"(its {self.max_positions} positions minus a {longest_prompt}-token prompt), "
                              f"got {max_new_tokens}")
-        logits = LogitsPipeline(temperature=temperature, top_k=top_k, top_p=top_p)
         sourced = expand_inputs(items, pdf_dpi)
         pages = [page for _, page in sourced]
         generators = generator if isinstance(generator, list) else [generator] * len(pages)
@@ -360,14 +433,15 @@ class DocParsePipeline(Pipeline):
             chunk = slice(start, start + batch_size)
             chunk_generator = generators[chunk] if isinstance(generator, list) else generator
             self._parse_batch(pages[chunk], mode, None if boxes is None else boxes[chunk], logits, max_new_tokens,
-                              chunk_generator, out)
+                              chunk_generator, out, stream)
         if not all(out.finished):
             unfinished = [i for i, f in enumerate(out.finished) if not f]
             warnings.warn(f"pages {unfinished} hit max_new_tokens={max_new_tokens} before the end token; their "
                           "markdown is cut (raise max_new_tokens)", stacklevel=2)
         return out if return_dict else (out.markdown,)
 
-    def _parse_batch(self, pages, mode, boxes, logits, max_new_tokens, generator, out: DocParseOutput) -> None:
+    def _parse_batch(self, pages, mode, boxes, logits, max_new_tokens, generator, out: DocParseOutput,
+                     stream: bool | None) -> None:
         begin = time.perf_counter()
         stats = DecodeStats()
         features = encode_pages(self.model, self.processor(pages).to(self.device))
@@ -393,12 +467,14 @@ class DocParsePipeline(Pipeline):
                 out.finished.append(self._finished(ids))
         else:
             if boxes is None:
-                layout_begin = time.perf_counter()
-                layout, st = self.decode(features, list(range(num)), [self.prompts.prompt("layout")] * num,
-                                         PageRegions("layout"), logits, max_new_tokens, generator)
-                st.add(TIME_LAYOUT, time.perf_counter() - layout_begin)
+                seeds = self._region_seeds(generator)  # drawn before the layout pass, streamed or not
+                if stream:
+                    layout, parsed, texts, st = self._layout_and_regions_streamed(features, logits, max_new_tokens,
+                                                                                  generator, seeds)
+                else:
+                    layout, parsed, texts, st = self._layout_then_regions(features, logits, max_new_tokens,
+                                                                          generator, seeds)
                 stats = stats.merge(st)
-                parsed = [self.prompts.decode_layout(self._strip(ids)) for ids in layout]
                 page_boxes = [[b for _, b in p] for p in parsed]  # in model pixels
                 types = [[t for t, _ in p] for p in parsed]
             else:
@@ -406,20 +482,12 @@ class DocParsePipeline(Pipeline):
                 page_boxes = [[_scale_box(b, page.size, size) for b in page_regions]
                               for page, page_regions in zip(pages, boxes)]
                 types = [[None] * len(b) for b in page_boxes]
-            row_pages = [p for p, bs in enumerate(page_boxes) for _ in bs]
-            prompts = [self.prompts.prompt("region", b) for bs in page_boxes for b in bs]
-            texts = []
-            if prompts:
-                region_begin = time.perf_counter()
-                texts, st = self.decode(features, row_pages, prompts, PageRegions("region", len(prompts)), logits,
-                                        max_new_tokens, self._region_generators(generator, page_boxes))
-                st.add(TIME_REGIONS, time.perf_counter() - region_begin)
-                st.add(REGIONS, len(prompts))
+                texts, st = self._regions(features, page_boxes, logits, max_new_tokens,
+                                          self._region_generators(generator, self._region_seeds(generator),
+                                                                  page_boxes))
                 stats = stats.merge(st)
-            cursor = 0
             for p, page in enumerate(pages):
-                region_ids = texts[cursor:cursor + len(page_boxes[p])]
-                cursor += len(page_boxes[p])
+                region_ids = texts[p]
                 shown = boxes[p] if boxes is not None else [_scale_box(b, size, page.size) for b in page_boxes[p]]
                 blocks = [ParsedBlock(t, tuple(b), self.prompts.decode_text(ids))
                           for t, b, ids in zip(types[p], shown, region_ids)]
@@ -434,6 +502,78 @@ class DocParsePipeline(Pipeline):
         stats.time_total_s = time.perf_counter() - begin
         out.stats = out.stats.merge(stats)
 
+    def _layout_then_regions(self, features, logits, max_new_tokens, generator, seeds):
+        """The layout pass to its end, then every block's region row: (layout ids per page, (type, box) per
+        block per page, region ids per block per page, stats)."""
+        num = features.shape[0]
+        begin = time.perf_counter()
+        layout, stats = self.decode(features, list(range(num)), [self.prompts.prompt("layout")] * num,
+                                    PageRegions("layout"), logits, max_new_tokens, generator)
+        stats.add(TIME_LAYOUT, time.perf_counter() - begin)
+        parsed = [self.prompts.decode_layout(self._strip(ids)) for ids in layout]
+        page_boxes = [[b for _, b in p] for p in parsed]
+        texts, st = self._regions(features, page_boxes, logits, max_new_tokens,
+                                  self._region_generators(generator, seeds, page_boxes))
+        return layout, parsed, texts, stats.merge(st)
+
+    def _regions(self, features, page_boxes, logits, max_new_tokens, generators):
+        """One region row per box (model pixels), all pages in one batch: region ids per box per page, stats."""
+        row_pages = [p for p, bs in enumerate(page_boxes) for _ in bs]
+        prompts = [self.prompts.prompt("region", b) for bs in page_boxes for b in bs]
+        if not prompts:
+            return [[] for _ in page_boxes], DecodeStats()
+        begin = time.perf_counter()
+        texts, stats = self.decode(features, row_pages, prompts, PageRegions("region", len(prompts)), logits,
+                                   max_new_tokens, generators, shared_prefix=self._region_prefix_length())
+        stats.add(TIME_REGIONS, time.perf_counter() - begin)
+        stats.add(REGIONS, len(prompts))
+        per_page, cursor = [], 0
+        for boxes in page_boxes:
+            per_page.append(texts[cursor:cursor + len(boxes)])
+            cursor += len(boxes)
+        return per_page, stats
+
+    def _layout_and_regions_streamed(self, features, logits, max_new_tokens, generator, seeds):
+        """HPD-style: the layout rows run, and each block a layout row completes joins the same running decode
+        as a region row at once (`RegionBranches`); returns what `_layout_then_regions` does."""
+        num = features.shape[0]
+        branches = RegionBranches(self.prompts, num, seeds, generator)
+        begin = time.perf_counter()
+        rows, stats = self.decode(features, list(range(num)), [self.prompts.prompt("layout")] * num,
+                                  PageRegions("layout+regions"), logits, max_new_tokens, generator,
+                                  shared_prefix=self._region_prefix_length(), arrivals=branches)
+        end = time.perf_counter()
+        layout_end = branches.layout_end or end
+        stats.add(TIME_LAYOUT, layout_end - begin)
+        stats.add(TIME_REGIONS, end - layout_end)
+        stats.add(REGIONS, len(branches.rows))
+        stats.add(STREAMED, 1)
+        texts = [[] for _ in range(num)]
+        for (page, _), ids in zip(branches.rows, rows[num:]):
+            texts[page].append(ids)
+        return rows[:num], branches.blocks, texts, stats
+
+    def _region_prefix_length(self) -> int:
+        """How many leading tokens every region prompt has alike (their KV is shared per page)."""
+        top = self.processor.size
+        a, b = self.prompts.prompt("region", (0, 0, 1, 1)), self.prompts.prompt("region", (top - 1, top - 1, top, top))
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    def _can_stream(self, stream: bool | None, logits) -> bool:
+        """Whether layout+regions streams: the plugin's decoder must admit rows into a running decode."""
+        if stream is False:
+            return False
+        features = torch.zeros(1, 1, 1, device=self.device)
+        target = PageVLMAR(self.model, features, torch.zeros(1, dtype=torch.long), self.prompts.image_token_id)
+        request = DecodeRequest(target, logits, PageRegions("layout+regions"),
+                                eos_token_id=self.prompts.eos_token_id, pad_token_id=0,
+                                conditioning={"image_features": features, "row_pages": target.row_pages})
+        blocker = refill_blocker(self.build_decoder(request))
+        if blocker is not None and stream:
+            raise ValueError(f"stream=True needs a plugin that admits rows into a running decode, but {blocker}; "
+                             "use stream=False or leave it None")
+        return blocker is None
+
     def _strip(self, ids: list[int]) -> list[int]:
         return ids[:-1] if ids and ids[-1] == self.prompts.eos_token_id else ids
 
@@ -441,32 +581,45 @@ class DocParsePipeline(Pipeline):
         return bool(ids) and ids[-1] == self.prompts.eos_token_id
 
     @staticmethod
-    def _region_generators(generator, page_boxes):
-        """One generator per region row, seeded from its page's generator, so a page's regions do not depend
-        on which other pages share the batch (a single shared generator stays shared)."""
+    def _region_seeds(generator) -> list[int] | None:
+        """With one generator per page, one seed per page for its region rows (the page generator's first draw,
+        so a page's regions do not depend on the other pages of the batch, nor on streaming); else None."""
         if not isinstance(generator, list) or all(g is None for g in generator):
+            return None
+        return [int(torch.randint(0, 2 ** 62, (1,), generator=g)) for g in generator]
+
+    @staticmethod
+    def _region_generator(generator, seeds, page: int, index: int):
+        return torch.Generator(device=generator[page].device).manual_seed(seeds[page] + index)
+
+    @classmethod
+    def _region_generators(cls, generator, seeds, page_boxes):
+        """One generator per region row when pages have their own (see `_region_seeds`); else the shared one."""
+        if seeds is None:
             return generator if not isinstance(generator, list) else None
-        gens = []
-        for g, bs in zip(generator, page_boxes):
-            seed = int(torch.randint(0, 2 ** 62, (1,), generator=g))
-            gens += [torch.Generator(device=g.device).manual_seed(seed + r) for r in range(len(bs))]
-        return gens
+        return [cls._region_generator(generator, seeds, p, r) for p, bs in enumerate(page_boxes)
+                for r in range(len(bs))]
 
     def decode(self, features, row_pages: list[int], prompts: list[list[int]], structure: PageRegions,
-               logits: LogitsPipeline, max_new_tokens: int, generator):
+               logits: LogitsPipeline, max_new_tokens: int, generator, shared_prefix: int = 0,
+               arrivals: "RegionBranches | None" = None):
         """The attached plugin's decoder over prompt rows reading `features[row_pages[b]]` (the pipeline's
         decode hook). Prompts of different lengths (a GOT-OCR2 checkpoint's box prompts) are left-padded.
-        The request's `conditioning` is {"image_features", "row_pages"}."""
+        The request's `conditioning` is {"image_features", "row_pages"}. shared_prefix: see `PageVLMAR`;
+        arrivals: rows that join while it runs (`RegionBranches`), after the given ones in the output."""
         eos = self.prompts.eos_token_id
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
         row_pages = torch.tensor(row_pages, device=self.device)
-        target = PageVLMAR(self.model, features, row_pages, self.prompts.image_token_id)
+        target = PageVLMAR(self.model, features, row_pages, self.prompts.image_token_id, shared_prefix=shared_prefix)
+        if arrivals is not None:
+            arrivals.target = target
         request = DecodeRequest(target, logits, structure, eos_token_id=eos, pad_token_id=pad,
                                 conditioning={"image_features": features, "row_pages": row_pages})
         longest = max(len(p) for p in prompts)
         input_ids = torch.tensor([[pad] * (longest - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        out = self.run_decoder(request, input_ids, mask, max_new_tokens=max_new_tokens, generator=generator)
+        out = self.run_decoder(request, input_ids, mask, max_new_tokens=max_new_tokens, generator=generator,
+                               arrivals=arrivals)
         return out.tolist(), out.stats
 
     # --- command line ----------------------------------------------------------------------------

@@ -12,19 +12,21 @@ from dataclasses import dataclass
 
 from mmspec.common.structure import TokenSequence
 
-PASSES = ("page", "layout", "region")
+PASSES = ("page", "layout", "region", "layout+regions")  # the last: layout rows whose region rows join them
 
 # DecodeStats.extra counters a DocParsePipeline call adds
 PAGES = "pages"
 REGIONS = "regions"  # region prompts decoded
 UNFINISHED_ROWS = "unfinished_rows"  # prompts that hit max_new_tokens before </s>
 TIME_LAYOUT = "time_layout_s"  # the layout pass's decode (within the total)
-TIME_REGIONS = "time_regions_s"  # the region prompts' decode
+TIME_REGIONS = "time_regions_s"  # the region prompts' decode (streamed: after the layout pass ended)
+STREAMED = "streamed_calls"  # layout+regions decodes whose region rows started during the layout pass
 
 
 @dataclass(frozen=True, eq=False)
 class PageRegions(TokenSequence):
-    """Tokens of a parsed page: `task` is the pass being decoded ("page", "layout" or "region");
+    """Tokens of a parsed page: `task` is the pass being decoded ("page", "layout" or "region", or
+    "layout+regions" when region rows join the running layout pass);
     `num_regions` the region prompts in this call (None outside the region pass)."""
 
     task: str = "page"

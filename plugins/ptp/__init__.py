@@ -169,6 +169,18 @@ class RegisterDrafter(Drafter):
                     self.probs[b] = 0.0
                     self.probs[b, torch.arange(len(copy)), self.tokens[b, :len(copy)]] = 1.0
 
+    def admit(self, input_ids, attention_mask, ctx):
+        """New rows have no drafts yet (their first step verifies nothing), as in `begin`."""
+        new = input_ids.shape[0]
+        self.tokens = torch.cat([self.tokens, self.tokens.new_zeros(new, self.width)])
+        self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(new)])
+        if self.probs is not None:  # q of a row without drafts is never read
+            self.probs = torch.cat([self.probs, self.probs.new_full((new, *self.probs.shape[1:]),
+                                                                    1.0 / self.vocab_size)])
+        if self.copy_length:
+            mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+            self.history += [row[m.bool()].tolist() for row, m in zip(input_ids.cpu(), mask.cpu())]
+
     def select_rows(self, rows):
         self.tokens, self.lengths = self.tokens[rows], self.lengths[rows]
         self.probs = None if self.probs is None else self.probs[rows]
@@ -195,17 +207,29 @@ class PTPDecoder(SpeculativeDecoder):
         self._embedding = embedding
 
     def generate(self, input_ids, attention_mask=None, *, max_new_tokens, generator=None, prefill_input=None,
-                 callback=None):
+                 callback=None, max_batch_size=None, arrivals=None):
+        self._check_budget(input_ids.shape[1], max_new_tokens)
+        if arrivals is not None:  # rows joining mid-decode may bring longer prompts
+            given = arrivals
+
+            def arrivals(step, info):
+                arrived = given(step, info)
+                if arrived is not None:
+                    self._check_budget(arrived.input_ids.shape[1], max_new_tokens)
+                return arrived
+        return super().generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
+                                prefill_input=prefill_input, callback=callback, max_batch_size=max_batch_size,
+                                arrivals=arrivals)
+
+    def _check_budget(self, prompt_length: int, max_new_tokens) -> None:
         if self.position_budget is not None and isinstance(max_new_tokens, int):
             # The last step's tree reaches chain width + k positions past the newest token.
-            need = input_ids.shape[1] + max_new_tokens + self.width + self.k
+            need = prompt_length + max_new_tokens + self.width + self.k
             if need > self.position_budget:
                 raise ValueError(f"num_draft_tokens k={self.k} (chain width {self.width}) is above this model's "
-                                 f"position budget: prompt ({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) "
+                                 f"position budget: prompt ({prompt_length}) + max_new_tokens ({max_new_tokens}) "
                                  f"+ width + k must be at most {self.position_budget}; lower num_draft_tokens or "
                                  "copy_draft, or max_new_tokens")
-        return super().generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
-                                prefill_input=prefill_input, callback=callback)
 
     def _verify(self, state, ctx, draft, stats):
         tree, device = register_tree(self.k, self.width), ctx.last_tokens.device
@@ -248,6 +272,7 @@ class PTPPlugin(Plugin):
     default_model = "doc-tiny"
     bench_default_variants = tuple({**_BENCH_ROWS, "settings": {"mode": "page", "num_draft_tokens": k}} for k in (2, 4, 8, 16))
     bench_variants = ({**_BENCH_ROWS, "settings": {"mode": "layout+regions", "num_draft_tokens": 4}},
+                      {**_BENCH_ROWS, "settings": {"mode": "layout+regions", "num_draft_tokens": 4, "stream": False}},
                       {**_BENCH_ROWS, "settings": {"mode": "regions", "block_type": "table", "num_draft_tokens": 8}},
                       {**_BENCH_ROWS, "settings": {"mode": "regions", "block_type": "table", "num_draft_tokens": 8,
                                                    "copy_draft": 32}},

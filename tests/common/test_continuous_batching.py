@@ -7,7 +7,7 @@ import torch
 from tiny_models import perturbed_copy, tiny_llama
 
 from mmspec.common.accept import GreedyMatch, SpeculativeSampling
-from mmspec.common.decoder import SpeculativeDecoder
+from mmspec.common.decoder import ArrivingRows, SpeculativeDecoder
 from mmspec.common.draft import Drafter, DraftModelDrafter
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import CFGModel, HFCausalLM
@@ -122,3 +122,40 @@ def test_refill_bench_row_and_its_benchmarks_section(tmp_path):
     assert "## Continuous batching" in (tmp_path / "B.md").read_text()
     with pytest.raises(ValueError, match="plugin 'ssd' on llamagen-tiny: no continuous batching \\(the drafter"):
         run_refill_bench("ssd", progress=lambda *_: None)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("kind", ["ar", "draft_model"])
+def test_rows_that_arrive_mid_decode_equal_each_row_alone(models, kind, temperature, torch_kernels):
+    """Every given row forks a branch once it has written 3 tokens: the branch's prompt is those tokens (a
+    prompt longer than any given one, to widen the call's ids). Branches join the running call in arrival order
+    and each decodes as it would alone, with its own generator; a cap of 4 rows holds some of them back."""
+    logits = LogitsPipeline(temperature=temperature)
+    ids, mask = prompts()
+    forked, branch_prompts = set(), []
+
+    def arrivals(step, info):
+        new = []
+        for row in info["rows"].tolist():
+            if row < ROWS and row not in forked and int(info["lengths"][row]) >= 3:
+                forked.add(row)
+                new.append([row + 4] * 5 + info["sequences"][row, :3].tolist())
+        if not new:
+            return None
+        branch_prompts.extend(new)
+        gens = [torch.Generator().manual_seed(500 + len(branch_prompts) - len(new) + i) for i in range(len(new))]
+        return ArrivingRows(torch.tensor(new), generator=gens)
+
+    gens = [torch.Generator().manual_seed(100 + r) for r in range(ROWS)]
+    out = decoder(kind, *models, logits).generate(ids, mask, max_new_tokens=30, generator=gens, arrivals=arrivals,
+                                                  max_batch_size=4)
+    assert len(branch_prompts) >= 5 and out.sequences.shape[0] == ROWS + len(branch_prompts)
+    assert out.stats.num_rows == ROWS + len(branch_prompts)
+    for i, prompt in enumerate(branch_prompts):
+        alone = decoder(kind, *models, logits).generate(torch.tensor([prompt]), max_new_tokens=30,
+                                                        generator=[torch.Generator().manual_seed(500 + i)])
+        n = int(alone.lengths[0])
+        assert int(out.lengths[ROWS + i]) == n and torch.equal(out.sequences[ROWS + i, :n], alone.sequences[0, :n])
+        assert out.stats.row_forwards[ROWS + i] == alone.stats.target_nfe
+    given = run(kind, models, logits, list(range(ROWS)))
+    assert torch.equal(out.sequences[:ROWS], given.sequences) and torch.equal(out.lengths[:ROWS], given.lengths)

@@ -114,6 +114,43 @@ def test_region_prompts_of_one_page_fork_its_prefix_cache_and_equal_whole_prefil
         assert got == (ref[: ref.index(eos) + 1] if eos in ref else ref)
 
 
+def test_rows_admitted_later_fork_their_page_s_kept_prefix(tokenizer):
+    """With shared_prefix, a page's region prefix runs once in whichever prefill first needs it; rows of that
+    page admitted by later prefills (continuous batching, streamed regions) feed only their box, and step like
+    rows prefilled whole."""
+    from mmspec.common.model import ARModel
+
+    model = tiny_model(tokenizer)
+    prompts = PagePrompts(tokenizer, model.config.image_seq_length)
+    pages = [render_page(s, "test") for s in (0, 1)]
+    pixels = PageImageProcessor()([p.image for p in pages])
+    boxes = [(0, b.box) for b in pages[0].blocks[:2]] + [(1, b.box) for b in pages[1].blocks[:2]]
+    ids = torch.tensor([prompts.prompt("region", box) for _, box in boxes])
+    prefix = 1 + model.config.image_seq_length + 1  # <s> <image>×N <task_region>
+    fed = []
+    hook = model.model.language_model.register_forward_pre_hook(
+        lambda _, args, kwargs: fed.append(tuple(kwargs["inputs_embeds"].shape[:2])), with_kwargs=True)
+    rest = ids.shape[1] - 1 - prefix
+    try:
+        with torch.no_grad():
+            target = PageVLMAR(model, encode_pages(model, pixels), torch.tensor([p for p, _ in boxes]),
+                               prompts.image_token_id, shared_prefix=prefix)
+            for requests, expect in (([0], [(1, prefix), (1, rest)]), ([2, 3], [(1, prefix), (2, rest)]),
+                                     ([1], [(1, rest)])):
+                fed.clear()
+                rows = torch.tensor(requests)
+                target.set_prefill_requests(rows)
+                forked, _ = target.prefill(ids[rows, :-1])
+                assert fed == expect, requests
+                whole, _ = ARModel.prefill(target, ids[rows, :-1])
+                positions = torch.full((len(requests), 1), ids.shape[1] - 1)
+                torch.testing.assert_close(target.forward(forked, ids[rows, -1:], positions).logits,
+                                           target.forward(whole, ids[rows, -1:], positions).logits,
+                                           atol=1e-5, rtol=1e-5)
+    finally:
+        hook.remove()
+
+
 def test_an_image_token_the_model_generates_is_a_plain_token(tokenizer):
     """Sampling (or a draft) can produce the <image> id after the prompt: it is embedded like any token, not
     taken for a misplaced image (which was an error under ptp's sampled drafts)."""

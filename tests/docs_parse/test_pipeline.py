@@ -103,10 +103,22 @@ def test_inputs_of_every_kind_read_as_the_same_page(pipe, pages, tmp_path):
     (dict(batch_size=0), "batch_size must be an int >= 1"),
     (dict(temperature=-1.0), "temperature must be"),
     (dict(generator=[torch.Generator()] * 2), "got 2 generators for 1 pages"),
+    (dict(mode="layout+regions", stream="yes"), "stream must be None, True or False, got 'yes'"),
+    (dict(mode="page", stream=True), "stream= goes with mode='layout\\+regions'"),
 ])
 def test_bad_calls_fail_with_one_clear_line(pipe, pages, call, message):
     with pytest.raises(ValueError, match=message):
         pipe([pages[0]], **call)
+
+
+def test_stream_true_needs_a_plugin_that_admits_rows(pipe, pages, monkeypatch):
+    from mmspec.common.decoder import SpeculativeDecoder
+
+    monkeypatch.setattr(SpeculativeDecoder, "refill_blocker", lambda self: "it never admits rows")
+    with pytest.raises(ValueError, match="stream=True needs a plugin that admits rows .* but it never admits rows"):
+        pipe([pages[0]], mode="layout+regions", stream=True)
+    out = pipe([pages[0]], mode="layout+regions", max_new_tokens=5)  # None: the two passes, one after another
+    assert "streamed_calls" not in out.stats.extra
 
 
 def test_bad_pages_fail_with_one_clear_line(pipe, tmp_path):

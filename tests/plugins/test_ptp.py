@@ -272,3 +272,35 @@ def test_copy_drafts_see_the_whole_prompt():
     drafter._offer_copies(ctx, step, left=torch.tensor([9]))
     assert drafter.history[0] == [0, 1, 2, 3, 0, 1]
     assert drafter.tokens.tolist() == [[3, 0, 1]] and drafter.lengths.tolist() == [3]  # what followed [1, 2]
+
+
+def test_streamed_region_rows_equal_the_two_passes(doc_pipe, held_out):
+    """layout+regions with region rows joining the running layout pass (HPD-style) gives the output of the
+    layout pass followed by the region pass: greedy for ar and ptp (with copy drafts), and sampled with one
+    generator per page (in float64: float32 logits round differently in batches of other shapes, which moves
+    a rare sample); the overlap shows as fewer decode steps, and a page's regions do not depend on the batch."""
+    pages = [row["image"] for row in held_out]
+    sampling = load_plugin("ptp", model="doc-tiny", num_draft_tokens=4)
+    sampling.model.double()
+    sampling.plugin.registers().double()
+    runs = [(doc_pipe, {}), (load_plugin("ptp", pipeline=doc_pipe, num_draft_tokens=4, copy_draft=8), {}),
+            (sampling, {"temperature": 1.0})]
+    for pipe, call in runs:
+        outs = {}
+        for stream in (False, True):
+            gens = [torch.Generator().manual_seed(20 + i) for i in range(3)] if call else None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # pages cut at max_new_tokens
+                outs[stream] = pipe(pages, mode="layout+regions", batch_size=3, stream=stream, max_new_tokens=60,
+                                    generator=gens, **call)
+        streamed, two_pass = outs[True], outs[False]
+        name = pipe.active_plugin().name
+        assert streamed.sequences == two_pass.sequences and streamed.markdown == two_pass.markdown, (name, call)
+        assert [[b.box for b in p] for p in streamed.blocks] == [[b.box for b in p] for p in two_pass.blocks]
+        regions = streamed.stats.extra["regions"]
+        assert regions >= 9 and streamed.stats.extra["admitted_rows"] == regions
+        assert streamed.stats.extra["streamed_calls"] == 1 and "streamed_calls" not in two_pass.stats.extra
+        assert streamed.stats.target_nfe < two_pass.stats.target_nfe, name  # regions ran during the layout pass
+    alone = sampling(pages[2:], mode="layout+regions", max_new_tokens=60, temperature=1.0,
+                     generator=[torch.Generator().manual_seed(22)])
+    assert alone.sequences[0] == streamed.sequences[2]

@@ -213,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="bench every plugin with its defaults")
     p.add_argument("--only", default=None, metavar="P1,P2",
                    help="with --all: run only these plugins' rows and replace them in an existing --json")
-    p.add_argument("--model", default=None, help="bundled model name (default: the plugin's default)")
+    p.add_argument("--model", default=None, help="bundled model name, or a folder a pipeline's save_pretrained "
+                   "wrote (default: the plugin's default)")
     p.add_argument("--num-samples", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
@@ -250,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "launch --num_processes N -m mmspec batch ...`; many nodes: --engine ray. See "
                        "mmspec.common.batch for the files written.")
     p.add_argument("plugin", help="plugin name (see `mmspec list`)")
-    p.add_argument("--model", default=None, help="bundled model name (default: the plugin's default)")
+    p.add_argument("--model", default=None, help="bundled model name, or a folder a pipeline's save_pretrained "
+                   "wrote (default: the plugin's default)")
     p.add_argument("--inputs", required=True, metavar="MANIFEST.jsonl",
                    help="one JSON object per line in the pipeline's input terms, optional 'id' and 'seed'")
     p.add_argument("--out", required=True, metavar="DIR")

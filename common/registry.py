@@ -252,16 +252,50 @@ def bundled_model_info(name: str) -> BundledModel:
     return _BUNDLED[name]
 
 
+def load_saved_pipeline(directory, device: str = "cpu"):
+    """The pipeline a `save_pretrained` call wrote into `directory` (any registered pipeline: the folder names
+    it in `mmspec_pipeline.json`; a diffusers folder without it is an image pipeline)."""
+    import json
+    from pathlib import Path
+
+    from .pipeline import PIPELINE_FILE
+
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise ValueError(f"model {str(directory)!r}: no such folder (a bundled model name, or a folder a pipeline's "
+                         f"save_pretrained wrote; bundled: {', '.join(bundled_models())})")
+    marker = folder / PIPELINE_FILE
+    if marker.exists():
+        name = json.loads(marker.read_text())["pipeline"]
+    elif (folder / "model_index.json").exists():
+        name = "image"
+    else:
+        raise ValueError(f"model {str(directory)!r}: not a saved mmspec pipeline (no {PIPELINE_FILE}); write one "
+                         "with pipe.save_pretrained(folder)")
+    pipeline = get_pipeline_class(name).from_saved(folder, device=device)
+    pipeline.model_name = str(directory)
+    return pipeline
+
+
+def _is_path(name: str) -> bool:
+    import os
+
+    return os.sep in name or (os.altsep is not None and os.altsep in name) or os.path.exists(name)
+
+
 def load_bundled_pipeline(name: str | None, modality: str = ANY_MODALITY, device: str = "cpu"):
-    """The bundled pipeline `name` (None: the modality's default; modality "any": the project default)."""
+    """The bundled pipeline `name` (None: the modality's default; modality "any": the project default), or the
+    pipeline saved in folder `name` (`load_saved_pipeline`)."""
     available = bundled_models(modality)
+    if name is not None and name not in _BUNDLED and _is_path(name):
+        return load_saved_pipeline(name, device)
     if not available:
         raise NotImplementedError(f"no bundled {modality} model is available yet")
     if name is None:
         name = available[0]
     if name not in available:
         what = "" if modality == ANY_MODALITY else f" for a {modality} plugin"
-        raise ValueError(f"model must be one of {available}{what}, got {name!r}")
+        raise ValueError(f"model must be one of {available}{what} or a saved pipeline's folder, got {name!r}")
     factory = _BUNDLED[name].factory
     if isinstance(factory, str):
         module, _, attr = factory.partition(":")

@@ -91,6 +91,10 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
             pipe.plugin = cls.load_saved_plugin(pretrained_model_name_or_path)
         return pipe
 
+    @classmethod
+    def from_saved(cls, directory, device: str = "cpu") -> "ARImagePipeline":
+        return cls.from_pretrained(directory).to(device)
+
     @property
     def token_structure(self) -> CodeGrid:
         """The code grid of an image at the model's default size, with the codebook's latents."""

@@ -127,3 +127,19 @@ def test_generate_compare_runs_ar_on_the_same_inputs(capsys):
     assert "speculative vs plain AR on the same 2 inputs and seeds" in out
     assert "outputs identical to AR: 2 of 2\n" in out  # greedy and lossless
     assert "quality (AR -> plugin, n = 2; small n: mostly noise): target_nll" in out
+
+
+def test_bench_measures_a_saved_pipeline_folder(tmp_path):
+    """`--model FOLDER`: a pipeline written by save_pretrained is benched like a bundled model (the folder names
+    its pipeline); a folder that holds none, or no folder at all, is one clear line."""
+    from mmspec import load_plugin
+
+    load_plugin("speculative").save_pretrained(tmp_path / "mine")
+    row = run_bench("speculative", model=str(tmp_path / "mine"), num_samples=2, settings=SMALL,
+                    progress=lambda _: None)
+    assert row["model"] == str(tmp_path / "mine") and row["exact_match_rate"] == 1.0
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="not a saved mmspec pipeline"):
+        run_bench("speculative", model=str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="no such folder"):
+        run_bench("speculative", model=str(tmp_path / "nope"))

@@ -282,11 +282,16 @@ class PageVLMAR(HFCausalLM):
         return requests
 
     def new_state(self, batch_size: int) -> DecodeState:
+        return self._state_for(self._requests(batch_size))
+
+    def _state_for(self, requests: torch.Tensor) -> DecodeState:
+        """An empty state whose rows are `requests` (indices into row_pages)."""
         from transformers import DynamicCache
 
+        batch_size = requests.numel()
         state = DecodeState(cache=DynamicCache(config=self.config.text_config),
                             slots=SlotTable.empty(batch_size, self.device))
-        state.extra = {"rows": self._requests(batch_size),  # this state's rows -> requests -> row_pages
+        state.extra = {"rows": requests,  # this state's rows -> requests -> row_pages
                        "placed": torch.zeros(batch_size, dtype=torch.bool, device=self.device)}
         return state
 
@@ -359,11 +364,7 @@ class PageVLMAR(HFCausalLM):
         missing = [p for p in dict.fromkeys(pages) if (key, p) not in self._prefixes]
         if missing:
             leaders = torch.tensor([int(requests[pages.index(p)]) for p in missing], device=self.device)
-            saved, self._prefill_requests = self._prefill_requests, leaders
-            try:
-                state = self.new_state(len(missing))
-            finally:
-                self._prefill_requests = saved
+            state = self._state_for(leaders)
             positions = torch.arange(len(key), device=self.device).expand(len(missing), -1)
             self.forward(state, prefix.expand(len(missing), -1), positions)
             for i, page in enumerate(missing):

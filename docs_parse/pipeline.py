@@ -270,13 +270,15 @@ class RegionBranches:
         if not live:
             self.layout_end = time.perf_counter()
             return None
+        running = False  # whether a layout row goes on after this step (no end token, no length limit yet)
         for page, length in zip(live, info["lengths"][live].tolist()):
             ids = info["sequences"][page, :length].tolist()
             found, self.cursor[page] = self.prompts.layout_blocks(ids, self.cursor[page])
             for block in found:
                 self.pending.append((page, len(self.blocks[page])))
                 self.blocks[page].append(block)
-        if not self.pending or (len(self.pending) < self.release_size and self._layout_running(info, live)):
+            running |= length < info["sequences"].shape[1] and ids[-1] != self.prompts.eos_token_id
+        if not self.pending or (len(self.pending) < self.release_size and running):
             return None
         release, self.pending = self.pending, []
         self.rows += release
@@ -286,14 +288,6 @@ class RegionBranches:
             DocParsePipeline._region_generator(self.generator, self.seeds, page, index) for page, index in release]
         self.target.add_requests(pages)
         return ArrivingRows(torch.tensor(prompts, device=info["sequences"].device), generator=generators)
-
-    def _layout_running(self, info, live) -> bool:
-        """Whether a layout row goes on after this step (not ended by its end token or its length limit)."""
-        eos = self.prompts.eos_token_id
-        for page, length in zip(live, info["lengths"][live].tolist()):
-            if length < info["sequences"].shape[1] and int(info["sequences"][page, length - 1]) != eos:
-                return True
-        return False
 
 
 class DocParsePipeline(Pipeline):

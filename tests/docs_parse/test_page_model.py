@@ -75,17 +75,23 @@ def test_greedy_through_the_core_equals_got_ocr2_generate_with_pages_shared_acro
             assert got == ref
 
 
+def two_region_pages(tokenizer, per_page: tuple[int, int]):
+    """A tiny model, its prompts, the pixels of two held-out pages, and region prompts over their first
+    blocks (`per_page` of each): (model, prompts, pixels, [(page, box)], ids)."""
+    model = tiny_model(tokenizer)
+    prompts = PagePrompts(tokenizer, model.config.image_seq_length)
+    pages = [render_page(s, "test") for s in (0, 1)]
+    pixels = PageImageProcessor()([p.image for p in pages])
+    rows = [(p, b.box) for p, page in enumerate(pages) for b in page.blocks[:per_page[p]]]
+    return model, prompts, pixels, rows, torch.tensor([prompts.prompt("region", box) for _, box in rows])
+
+
 def test_region_prompts_of_one_page_fork_its_prefix_cache_and_equal_whole_prefills(tokenizer):
     """Five region prompts over two pages: the shared prefix runs once per page (two rows), the cache is forked,
     and each row then feeds its box only; greedy decoding equals GOT-OCR2's own generate row by row."""
     from mmspec.common.model import ARModel
 
-    model = tiny_model(tokenizer)
-    prompts = PagePrompts(tokenizer, model.config.image_seq_length)
-    pages = [render_page(s, "test") for s in (0, 1)]
-    pixels = PageImageProcessor()([p.image for p in pages])
-    rows = [(0, b.box) for b in pages[0].blocks[:3]] + [(1, b.box) for b in pages[1].blocks[:2]]
-    ids = torch.tensor([prompts.prompt("region", box) for _, box in rows])
+    model, prompts, pixels, rows, ids = two_region_pages(tokenizer, (3, 2))
     row_pages = torch.tensor([p for p, _ in rows])
     fed = []
     hook = model.model.language_model.register_forward_pre_hook(
@@ -120,12 +126,7 @@ def test_rows_admitted_later_fork_their_page_s_kept_prefix(tokenizer):
     rows prefilled whole."""
     from mmspec.common.model import ARModel
 
-    model = tiny_model(tokenizer)
-    prompts = PagePrompts(tokenizer, model.config.image_seq_length)
-    pages = [render_page(s, "test") for s in (0, 1)]
-    pixels = PageImageProcessor()([p.image for p in pages])
-    boxes = [(0, b.box) for b in pages[0].blocks[:2]] + [(1, b.box) for b in pages[1].blocks[:2]]
-    ids = torch.tensor([prompts.prompt("region", box) for _, box in boxes])
+    model, prompts, pixels, boxes, ids = two_region_pages(tokenizer, (2, 2))
     prefix = 1 + model.config.image_seq_length + 1  # <s> <image>×N <task_region>
     fed = []
     hook = model.model.language_model.register_forward_pre_hook(

@@ -1,18 +1,36 @@
-"""The modality-free draft/verify core."""
+"""The modality-free draft/verify core.
 
-from .accept import Acceptance, AcceptRule, Draft, GreedyMatch, SpeculativeSampling, tree_accept
-from .decoder import GenerationOutput, SpeculativeDecoder
-from .draft import DraftModelDrafter, Drafter, StepContext
-from .logits import LogitsPipeline
-from .model import ARModel, CFGModel, DecodeState, HFCausalLM, ModelOutput, cfg_combine
-from .plugin import Plugin
-from .registry import field_choices, field_range, list_plugins, load_plugin, register_plugin
-from .stats import DecodeStats
-from .tree import TreeSpec
+Its names load lazily (PEP 562): `import mmspec` and the light commands (`mmspec list`, `--help`,
+`--version`) reach the registry without importing torch.
+"""
 
-__all__ = [
-    "Acceptance", "AcceptRule", "ARModel", "CFGModel", "DecodeState", "DecodeStats", "Draft",
-    "DraftModelDrafter", "Drafter", "GenerationOutput", "GreedyMatch", "HFCausalLM", "LogitsPipeline",
-    "ModelOutput", "Plugin", "SpeculativeDecoder", "SpeculativeSampling", "StepContext", "TreeSpec",
-    "cfg_combine", "field_choices", "field_range", "list_plugins", "load_plugin", "register_plugin", "tree_accept",
-]
+import importlib
+
+_EXPORTS = {
+    "Acceptance": "accept", "AcceptRule": "accept", "Draft": "accept", "GreedyMatch": "accept",
+    "SpeculativeSampling": "accept", "tree_accept": "accept",
+    "GenerationOutput": "decoder", "SpeculativeDecoder": "decoder",
+    "DraftModelDrafter": "draft", "Drafter": "draft", "StepContext": "draft",
+    "LogitsPipeline": "logits",
+    "ARModel": "model", "CFGModel": "model", "DecodeState": "model", "HFCausalLM": "model", "ModelOutput": "model",
+    "cfg_combine": "model",
+    "Plugin": "plugin",
+    "field_choices": "registry", "field_range": "registry", "list_plugins": "registry", "load_plugin": "registry",
+    "register_plugin": "registry",
+    "DecodeStats": "stats",
+    "TreeSpec": "tree",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

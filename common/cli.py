@@ -7,17 +7,33 @@ import json
 import sys
 from pathlib import Path
 
-from .registry import get_plugin_class, list_plugins
+from .registry import get_plugin_class, plugin_summaries
+
+# Nothing at module level imports torch, transformers or diffusers: `mmspec list`, `--help`, `--version` and
+# mistakes in the arguments answer at once; each command imports what it runs.
 
 
 def cmd_list(args) -> int:
-    rows = [(name, cls.modality, "yes" if cls.lossless else "no", cls.paper)
-            for name, cls in ((n, get_plugin_class(n)) for n in list_plugins(args.modality))]
+    rows = [(s.name, s.modality, "yes" if s.lossless else "no", s.paper) for s in plugin_summaries(args.modality)]
     widths = [max(len(str(r[i])) for r in rows + [("name", "modality", "lossless", "paper")]) for i in range(3)]
     print(f"{'name':<{widths[0]}}  {'modality':<{widths[1]}}  {'lossless':<{widths[2]}}  paper")
     for name, modality, lossless, paper in rows:
         print(f"{name:<{widths[0]}}  {modality:<{widths[1]}}  {lossless:<{widths[2]}}  {paper}")
     return 0
+
+
+def check_plugin_name(name: str) -> None:
+    """An unknown plugin name fails here, before torch loads (the registry imports plugins on first use)."""
+    names = [s.name for s in plugin_summaries()]
+    if name not in names:
+        raise ValueError(f"unknown plugin {name!r}; available: {', '.join(names)}")
+
+
+def quiet_weight_loading() -> None:
+    """Called once a command's arguments are checked, as its heavy work begins."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # weight-loading bars would bury the tables
 
 
 def check_device(device: str | None) -> None:
@@ -53,11 +69,14 @@ def check_out_suffix(pipeline, out: str | None) -> None:
 
 
 def cmd_bench(args) -> int:
+    log = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    if args.plugin:
+        check_plugin_name(args.plugin)
+    check_device(args.device)
+    quiet_weight_loading()
     from .bench import (format_compact_table, format_peers, format_table, parse_settings, plugin_rows, run_all,
                         run_bench, write_markdown)
 
-    log = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    check_device(args.device)
     if args.all:
         if args.plugin:
             raise SystemExit("mmspec bench: give a PLUGIN or --all, not both")
@@ -65,7 +84,8 @@ def cmd_bench(args) -> int:
         results = run_all(args.markdown, args.json, device=args.device, seed=args.seed, progress=log, only=only)
     else:
         if not args.plugin:
-            raise SystemExit(f"mmspec bench: name a PLUGIN (one of {', '.join(list_plugins())}) or use --all")
+            raise SystemExit(f"mmspec bench: name a PLUGIN (one of {', '.join(s.name for s in plugin_summaries())}) "
+                             "or use --all")
         if args.refill:
             from .bench_refill import format_refill_table, run_refill_bench
 
@@ -92,14 +112,16 @@ def cmd_bench(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from .bench import parse_settings, split_settings
-
     if args.plugin is None:
         if args.help:
             args.generate_parser.print_help()
             return 0
-        raise ValueError(f"name a PLUGIN (one of {', '.join(list_plugins())})")
+        raise ValueError(f"name a PLUGIN (one of {', '.join(s.name for s in plugin_summaries())})")
+    check_plugin_name(args.plugin)
     check_generate_args(args)
+    quiet_weight_loading()
+    from .bench import parse_settings, split_settings
+
     plugin_cls = get_plugin_class(args.plugin)
     pipeline = plugin_cls.default_pipeline(model=args.model, device=args.device)
     # The pipeline's own input flags (--prompt, --audio, ...): parse what the generic parser left over.
@@ -164,14 +186,17 @@ def print_comparison(accelerated, inputs: list, scored: bool, args, call: dict) 
 
 
 def cmd_batch(args) -> int:
+    check_plugin_name(args.plugin)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be an int >= 1, got {args.batch_size}")
+    check_device(args.device)
+    quiet_weight_loading()
+
     import torch
 
     from .batch import read_manifest, run_batch
     from .bench import parse_settings, split_settings
 
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be an int >= 1, got {args.batch_size}")
-    check_device(args.device)
     read_manifest(args.inputs, args.seed)  # its syntax errors come before any model loads
     plugin_cls = get_plugin_class(args.plugin)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -276,9 +301,6 @@ def main(argv=None) -> int:
     if rest and args.command != "generate":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.pipeline_args = rest
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # weight-loading bars would bury the tables
     try:
         return args.func(args)
     except (ValueError, KeyError, NotImplementedError, FileNotFoundError) as exc:

@@ -42,7 +42,17 @@ class BundledModel:
     bench_ar_rows: tuple = ()  # call settings of the plain-AR rows `bench --all` documents this model with
 
 
+@dataclass(frozen=True)
+class PluginSummary:
+    """What `mmspec list` prints, known without importing the plugin's module (and so without torch)."""
+    name: str
+    modality: str
+    lossless: bool
+    paper: str
+
+
 _REGISTRY: dict[str, type] = {}
+_SUMMARIES: dict[str, PluginSummary] = {}  # declared by the package for its own plugins
 _PIPELINES: dict[str, type] = {}
 _BUNDLED: dict[str, BundledModel] = {}
 _BUILTIN_MODULES: list[str] = []
@@ -129,6 +139,29 @@ def register_builtin_modules(*modules: str) -> None:
         if module not in _BUILTIN_MODULES:
             _BUILTIN_MODULES.append(module)
             _discovered = False
+
+
+def declare_plugin_summaries(*summaries: PluginSummary) -> None:
+    """The package's own plugins, described without importing them (a test checks each against its class)."""
+    for summary in summaries:
+        _SUMMARIES[summary.name] = summary
+
+
+def plugin_summaries(modality: str | None = None) -> list[PluginSummary]:
+    """Every plugin's name, modality, lossless flag and paper, sorted by name. The package's own plugins are
+    not imported (so this answers without loading torch); third-party entry points are loaded."""
+    summaries = dict(_SUMMARIES)
+    undeclared = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name not in summaries]
+    if undeclared or any(name not in summaries for name in _REGISTRY):
+        _load_entry_points(ENTRY_POINT_GROUP, _register_plugin_entry)
+        for name, cls in _REGISTRY.items():
+            summaries.setdefault(name, PluginSummary(name, cls.modality, bool(cls.lossless), cls.paper))
+    if modality is not None:
+        known = sorted({s.modality for s in summaries.values()} - {ANY_MODALITY})
+        if modality not in known:
+            raise ValueError(f"--modality must be one of {known}, got {modality!r}")
+    return [summaries[name] for name in sorted(summaries)
+            if modality is None or summaries[name].modality in (modality, ANY_MODALITY)]
 
 
 def _load_entry_points(group: str, register) -> None:

@@ -61,3 +61,24 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(["--version"])
     assert stop.value.code == 0 and capsys.readouterr().out.startswith("mmspec ")
+
+
+@pytest.mark.parametrize("args", [["list"], ["list", "--modality", "vision"], ["--help"], ["--version"],
+                                  ["bench", "--help"], ["generate", "--help"], ["batch", "--help"],
+                                  ["bench", "lanter"], ["generate", "nope"], ["generate", "ar", "--num", "0"],
+                                  ["batch", "ar", "--inputs", "m.jsonl", "--out", "o", "--batch-size", "0"]])
+def test_light_commands_and_early_mistakes_do_not_import_torch(args):
+    """In a fresh interpreter: listing, help, the version and argument mistakes answer without loading torch
+    (which takes seconds), so a typo is reported at once."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom mmspec.common.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('torch', 'transformers', 'diffusers') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    if args[:1] == ["list"]:
+        assert "lantern" in done.stdout and ("ctc_draft" in done.stdout) == (len(args) == 1)
+    if "lanter" in args or "nope" in args:
+        assert "error: unknown plugin" in done.stderr and "available: ar," in done.stderr

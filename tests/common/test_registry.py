@@ -277,3 +277,24 @@ def test_registry_is_clean_after_entry_point_tests():
     assert "toy" not in names and "toy_broken" not in names
     with pytest.raises(KeyError):
         get_plugin_class("toy_broken")
+
+
+def test_declared_summaries_match_the_plugin_classes():
+    """`mmspec list` reads the package's declared summaries instead of importing the plugins: each must say
+    what its class says, and every registered plugin must have one."""
+    from mmspec.common.registry import plugin_summaries
+
+    summaries = {s.name: s for s in plugin_summaries()}
+    assert set(summaries) == set(list_plugins())
+    for name, summary in summaries.items():
+        cls = get_plugin_class(name)
+        assert (summary.modality, summary.lossless, summary.paper) == (cls.modality, cls.lossless, cls.paper), name
+
+
+def test_summaries_include_entry_point_plugins(toy_plugins):
+    from mmspec.common.registry import plugin_summaries
+
+    names = [s.name for s in plugin_summaries("text")]
+    assert "toy" in names and "speculative" in names and "ssd" not in names
+    with pytest.raises(ValueError, match="--modality must be one of"):
+        plugin_summaries("smell")

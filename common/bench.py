@@ -5,7 +5,9 @@ plugin, pipeline, model, device, num_samples, batch_size, seed, lossless, settin
 baseline{nfe_per_sample, latency_s_per_sample, quality{}},
 accelerated{nfe_per_sample, latency_s_per_sample, mean_accepted, acceptance_per_position[], quality{}},
 step_compression (null when the plugin needs no target forward), speedup, exact_match_rate (null unless
-greedy), comparison{} (the pipeline's own AR-vs-plugin comparisons), peer (null or {...}).
+greedy), comparison{} (the pipeline's own AR-vs-plugin comparisons), peer (null or {...}),
+quality_cost{metric: {delta, low, high, n}} (plugin − AR with a paired-bootstrap 95 % interval, for the
+metrics the pipeline scores per sample; rows written before it have none).
 
 Nothing here knows a modality: the pipeline gives the inputs, runs them, scores them, adds its own summary
 fields (`bench_summary`) and its own BENCHMARKS.md sections (`bench_sections`).
@@ -123,6 +125,10 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
         if peer_seq is not None and greedy:
             peer["exact_match_rate_vs_ar"] = _exact_match(peer_seq, base_seq)
 
+    from .stats import paired_bootstrap, split_quality
+
+    base_quality, base_parts = split_quality(pipeline.bench_quality(inputs, base_seq))
+    acc_quality, acc_parts = split_quality(pipeline.bench_quality(inputs, acc_seq))
     result = {
         "plugin": plugin,
         "pipeline": pipeline.pipeline_name,
@@ -134,10 +140,12 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
         "lossless": bool(getattr(accelerated, "lossless", plugin_cls.lossless)),  # a mode may change it
         "settings": call,
         "config": asdict(accelerated.config),
-        "baseline": _summary(base_stats, base_time, num_samples, pipeline.bench_quality(inputs, base_seq),
+        "baseline": _summary(base_stats, base_time, num_samples, base_quality,
                              pipeline.bench_summary(inputs, base_stats, base_time)),
-        "accelerated": _summary(acc_stats, acc_time, num_samples, pipeline.bench_quality(inputs, acc_seq),
+        "accelerated": _summary(acc_stats, acc_time, num_samples, acc_quality,
                                 pipeline.bench_summary(inputs, acc_stats, acc_time)),
+        # plugin − AR per metric with a paired-bootstrap 95 % interval (0 inside: noise can explain it)
+        "quality_cost": paired_bootstrap(base_parts, acc_parts, seed=seed),
         # None when the plugin ran no target forward at all (e.g. CTC-only transcripts): no finite ratio.
         "step_compression": (base_stats.nfe_per_sample / acc_stats.nfe_per_sample
                              if acc_stats.nfe_per_sample > 0 else None),
@@ -185,17 +193,38 @@ def pipeline_sections(results: list[dict]) -> list[tuple[str, str, str]]:
     return sections
 
 
+def quality_text(row: dict, with_counts: bool) -> str:
+    """A bench row's quality figures, AR → plugin, with the interval of the difference (`quality_comparison`)."""
+    return quality_comparison(row["baseline"]["quality"], row["accelerated"]["quality"], row.get("quality_cost"),
+                              with_counts) or "—"
+
+
+def quality_comparison(base: dict, acc: dict, costs: dict | None, with_counts: bool = False) -> str:
+    """'class_acc 0.85 → 0.83 (−0.02 [−0.06, +0.02])': each figure AR → plugin, with the paired-bootstrap
+    interval of the difference where the pipeline scores per sample (an interval holding 0: noise can explain
+    the difference)."""
+    parts = []
+    for key in base:
+        if key.startswith("num_") and not with_counts:
+            continue
+        text = f"{key} {base[key]:.3g} → {acc.get(key, float('nan')):.3g}"
+        if costs and key in costs:
+            c = costs[key]
+            text += f" ({c['delta']:+.2g} [{c['low']:+.2g}, {c['high']:+.2g}])"
+        parts.append(text)
+    return ", ".join(parts)
+
+
 def format_compact_table(results: list[dict]) -> str:
     """The figures a reader compares first: speed-up, what it costs in forwards, and quality (`--wide`: all)."""
     rows = ["| plugin | config | model | batch | sampling | speedup | step compr. | mean accepted | exact match | "
             "quality (AR → plugin) |", "|" + "---|" * 10]
     for r in results:
         base, acc = r["baseline"], r["accelerated"]
-        quality = ", ".join(f"{k} {base['quality'][k]:.3g} → {acc['quality'].get(k, float('nan')):.3g}"
-                            for k in base["quality"] if not k.startswith("num_"))
+        quality = quality_text(r, with_counts=False)
         rows.append(f"| {r['plugin']} | {config_text(r)} | {r['model']} | {r['batch_size']} | "
                     f"{sampling_text(r.get('settings', {}))} | {r['speedup']:.2f}× | {compression_text(r)} | "
-                    f"{acc['mean_accepted']:.2f} | {exact_text(r)} | {quality or '—'} |")
+                    f"{acc['mean_accepted']:.2f} | {exact_text(r)} | {quality} |")
     return "\n".join(rows)
 
 
@@ -205,8 +234,7 @@ def format_table(results: list[dict]) -> str:
     rows = [head, "|" + "---|" * 13]
     for r in results:
         base, acc = r["baseline"], r["accelerated"]
-        quality = ", ".join(f"{k} {base['quality'][k]:.3g} → {acc['quality'].get(k, float('nan')):.3g}"
-                            for k in base["quality"])
+        quality = quality_text(r, with_counts=True)
         sampling = sampling_text(r.get("settings", {}))
         rows.append(f"| {r['plugin']} | {config_text(r)} | {r['model']} | {'yes' if r['lossless'] else 'no'} | "
                     f"{r['batch_size']} | "

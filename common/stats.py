@@ -123,3 +123,46 @@ class DecodeStats:
                 f"mean accepted {self.mean_accepted:.2f}, acceptance/position [{shown}]{drafter}, "
                 f"time draft/verify/accept/total {self.time_draft_s:.2f}/{self.time_verify_s:.2f}/"
                 f"{self.time_accept_s:.2f}/{self.time_total_s:.2f}s{extra})")
+
+
+# --- noise of quality figures --------------------------------------------------------------------------
+PER_SAMPLE = "per_sample"  # bench_quality's optional key: metric -> (numerators, denominators), one per sample
+
+
+def split_quality(quality: dict) -> tuple[dict, dict]:
+    """(the figures, their per-sample parts) of a `bench_quality` result."""
+    quality = dict(quality)
+    return quality, quality.pop(PER_SAMPLE, None) or {}
+
+
+def paired_bootstrap(base: dict, accelerated: dict, *, resamples: int = 2000, seed: int = 0,
+                     level: float = 0.95) -> dict:
+    """The plugin's quality cost with its noise: for every metric both sides give per sample as
+    (numerators, denominators) (metric = Σ num / Σ den: an accuracy, a mean NLL per token, a corpus WER),
+    the difference plugin − AR and a percentile bootstrap interval of it. The two sides ran on the same inputs
+    and seeds, so samples are resampled in pairs (what stays fixed between the sides cancels).
+
+    Returns {metric: {"delta", "low", "high", "n"}}; metrics on one side only are left out.
+    """
+    import numpy as np
+
+    out = {}
+    rng = np.random.default_rng(seed)
+    for metric in sorted(set(base) & set(accelerated)):
+        (bn, bd), (an, ad) = (np.asarray(p, dtype=np.float64) for p in base[metric]), \
+                             (np.asarray(p, dtype=np.float64) for p in accelerated[metric])
+        n = len(bn)
+        if not (len(bd) == len(an) == len(ad) == n) or n < 2:
+            continue
+        picks = rng.integers(0, n, size=(resamples, n))
+
+        def ratio(num, den, rows):
+            return num[rows].sum(-1) / np.maximum(den[rows].sum(-1), 1e-12)
+
+        deltas = ratio(an, ad, picks) - ratio(bn, bd, picks)
+        tail = (1 - level) / 2
+        out[metric] = {"delta": float(an.sum() / max(ad.sum(), 1e-12) - bn.sum() / max(bd.sum(), 1e-12)),
+                       "low": float(np.quantile(deltas, tail)), "high": float(np.quantile(deltas, 1 - tail)),
+                       "n": n}
+    return out
+

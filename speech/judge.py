@@ -20,7 +20,9 @@ import torch
 import torchaudio
 
 from .asr_model import SAMPLE_RATE
-from .metrics import error_rates
+from mmspec.common.stats import PER_SAMPLE
+
+from .metrics import error_counts, error_rates
 from .pipeline import bundled_pipeline, load_audio
 
 INSTALL_HINT = "pip install 'mmspec[tts-judge]'"
@@ -182,7 +184,8 @@ def tts_quality(texts: list[str], waves: list[np.ndarray], sampling_rate: int, *
                 references: list[np.ndarray] | None = None, judges=("whisper",)) -> dict:
     """Quality of synthesized `waves` for `texts`: WER / CER per judge, MCD against `references` when given.
 
-    Keys: "<judge>_wer", "<judge>_cer" ("whisper", "asr_tiny"), "mcd_db" (mean over pairs), "num_samples".
+    Keys: "<judge>_wer", "<judge>_cer" ("whisper", "asr_tiny"), "mcd_db" (mean over pairs), "num_samples", and
+    "per_sample" (each figure's per-text parts, for a bootstrap interval: see mmspec.common.stats).
     """
     if isinstance(judges, str):
         judges = (judges,)
@@ -203,13 +206,17 @@ def tts_quality(texts: list[str], waves: list[np.ndarray], sampling_rate: int, *
     waves = as_16khz(waves, sampling_rate, name="waves")  # bad audio fails before any model loads
     if references is not None:
         references = as_16khz(references, sampling_rate, name="references")
-    result = {}
+    result, per_sample = {}, {}
     for name in judges:
-        rates = error_rates(list(texts), JUDGES[name]().transcribe(waves, SAMPLE_RATE))
+        transcripts = JUDGES[name]().transcribe(waves, SAMPLE_RATE)
+        rates, counts = error_rates(list(texts), transcripts), error_counts(list(texts), transcripts)
         key = name.replace("-", "_")
         result[f"{key}_wer"], result[f"{key}_cer"] = rates["wer"], rates["cer"]
+        per_sample[f"{key}_wer"], per_sample[f"{key}_cer"] = counts["wer"], counts["cer"]
     if references is not None:
-        result["mcd_db"] = float(np.mean([mel_cepstral_distortion(r, w, SAMPLE_RATE)
-                                          for r, w in zip(references, waves)]))
+        mcd = [mel_cepstral_distortion(r, w, SAMPLE_RATE) for r, w in zip(references, waves)]
+        result["mcd_db"] = float(np.mean(mcd))
+        per_sample["mcd_db"] = (mcd, [1.0] * len(mcd))
     result["num_samples"] = len(waves)
+    result[PER_SAMPLE] = per_sample
     return result

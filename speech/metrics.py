@@ -21,6 +21,20 @@ def error_rates(references: list[str], hypotheses: list[str]) -> dict:
     return {"wer": jiwer.wer(refs, hyps), "cer": jiwer.cer(refs, hyps)}
 
 
+def error_counts(references: list[str], hypotheses: list[str]) -> dict:
+    """Per utterance (errors, reference length) for WER and CER, after the scoring normalisation: what a
+    bootstrap of the corpus rates resamples. Σ errors / Σ lengths equals `error_rates`."""
+    if len(references) != len(hypotheses):
+        raise ValueError(f"{len(references)} references but {len(hypotheses)} hypotheses")
+    refs, hyps = [normalize_text(r) for r in references], [normalize_text(h) for h in hypotheses]
+    words = [jiwer.process_words(r, h) for r, h in zip(refs, hyps)]
+    chars = [jiwer.process_characters(r, h) for r, h in zip(refs, hyps)]
+    return {
+        "wer": ([w.substitutions + w.deletions + w.insertions for w in words], [len(r.split()) for r in refs]),
+        "cer": ([c.substitutions + c.deletions + c.insertions for c in chars], [len(r) for r in refs]),
+    }
+
+
 def real_time_factor(compute_seconds: float, audio_seconds: float) -> float:
     """Compute time per second of audio (< 1: faster than real time)."""
     if audio_seconds <= 0:

@@ -341,10 +341,13 @@ class ASRPipeline(Pipeline):
         return out.sequences, out.stats
 
     def bench_quality(self, inputs: list[dict], sequences: list[list[int]]) -> dict:
-        from .metrics import error_rates
+        from mmspec.common.stats import PER_SAMPLE
+
+        from .metrics import error_counts, error_rates
 
         hyps = [self.recognizer.decoder_ids_to_text(s) for s in sequences]
-        return error_rates([row["text"] for row in inputs], hyps)
+        refs = [row["text"] for row in inputs]
+        return {**error_rates(refs, hyps), PER_SAMPLE: error_counts(refs, hyps)}
 
     def bench_summary(self, inputs: list[dict], stats: DecodeStats, seconds: float) -> dict:
         """Real-time factor over the same audio (file durations), and the share of rows a gate finished."""

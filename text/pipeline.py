@@ -295,17 +295,19 @@ class TextPipeline(Pipeline):
     @torch.no_grad()
     def bench_quality(self, inputs: list[str], sequences: list[list[int]]) -> dict:
         """Mean target NLL (nats/token) of the generated tokens given their prompt."""
-        total, count = 0.0, 0
+        from mmspec.common.stats import PER_SAMPLE
+
+        totals, counts = [], []
         for prompt, seq in zip(inputs, sequences):
+            totals.append(0.0)
+            counts.append(len(seq))
             if not seq:
                 continue
             ids, _ = self.encode_batch([prompt])
             full = torch.cat([ids[0], torch.tensor(seq)])[None].to(self.device)
             logp = self.model(input_ids=full).logits[0, :-1].float().log_softmax(-1)
-            gen = logp[ids.shape[1] - 1:].gather(1, full[0, ids.shape[1]:, None])
-            total -= float(gen.sum())
-            count += len(seq)
-        return {"target_nll": total / max(1, count)}
+            totals[-1] = -float(logp[ids.shape[1] - 1:].gather(1, full[0, ids.shape[1]:, None]).sum())
+        return {"target_nll": sum(totals) / max(1, sum(counts)), PER_SAMPLE: {"target_nll": (totals, counts)}}
 
 
 def bundled_pipeline(device: str = "cpu") -> TextPipeline:

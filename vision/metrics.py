@@ -60,7 +60,12 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
 
 
 def class_accuracy(classifier, images: torch.Tensor, labels: torch.Tensor) -> float:
-    return float((classify(classifier, images) == labels.cpu()).float().mean())
+    return float(class_hits(classifier, images, labels).float().mean())
+
+
+def class_hits(classifier, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """[N] bool: the bundled classifier names each image's class."""
+    return classify(classifier, images) == labels.cpu()
 
 
 def frechet_distance(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -83,15 +88,20 @@ def frechet_distance(a: torch.Tensor, b: torch.Tensor) -> float:
 @torch.no_grad()
 def target_nll(transformer, labels: torch.Tensor, tokens: torch.Tensor) -> float:
     """Mean NLL (nats/token) of generated codes under the conditional model (no guidance)."""
+    return float(target_nll_per_image(transformer, labels, tokens).sum()) / max(1, tokens.numel())
+
+
+@torch.no_grad()
+def target_nll_per_image(transformer, labels: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Summed NLL (nats) of each image's codes under the conditional model (no guidance): [N] on the CPU."""
     device = next(transformer.parameters()).device
-    total, count = 0.0, 0
+    sums = []
     for i in range(0, len(tokens), 64):
         lab, tok = labels[i:i + 64].to(device), tokens[i:i + 64].to(device)
         seq = torch.cat([transformer.class_token(lab)[:, None], tok[:, :-1]], 1)
         logp = transformer(seq).float().log_softmax(-1)
-        total -= float(logp.gather(2, tok[:, :, None]).sum())
-        count += tok.numel()
-    return total / max(1, count)
+        sums.append(-logp.gather(2, tok[:, :, None])[..., 0].sum(1).double().cpu())
+    return torch.cat(sums) if sums else torch.zeros(0, dtype=torch.float64)
 
 
 def save_image_grid(images: torch.Tensor, rows: int, path: str | Path) -> None:

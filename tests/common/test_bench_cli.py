@@ -39,6 +39,11 @@ def test_bench_speculative_is_lossless_and_compresses(spec_result):
     assert spec_result["step_compression"] > 1
     assert spec_result["accelerated"]["quality"]["target_nll"] == pytest.approx(
         spec_result["baseline"]["quality"]["target_nll"], rel=1e-4)
+    # lossless and greedy: the same outputs, so no quality cost and no spread in its interval
+    cost = spec_result["quality_cost"]["target_nll"]
+    assert cost["n"] == 3 and cost["delta"] == pytest.approx(0, abs=1e-4)
+    assert cost["low"] == pytest.approx(0, abs=1e-4) and cost["high"] == pytest.approx(0, abs=1e-4)
+    assert "per_sample" not in spec_result["baseline"]["quality"]  # the parts stay out of the row
 
 
 def test_bench_runs_the_peer_side_by_side(spec_result):
@@ -126,7 +131,9 @@ def test_generate_compare_runs_ar_on_the_same_inputs(capsys):
     out = capsys.readouterr().out
     assert "speculative vs plain AR on the same 2 inputs and seeds" in out
     assert "outputs identical to AR: 2 of 2\n" in out  # greedy and lossless
-    assert "quality (AR -> plugin, n = 2; small n: mostly noise): target_nll" in out
+    assert ("quality (AR -> plugin, n = 2; small n: mostly noise; in brackets: the 95% interval of the "
+            "difference): target_nll") in out and "(+0 [+0, +0])" in out
+    assert "an interval that holds 0" in out
 
 
 def test_bench_measures_a_saved_pipeline_folder(tmp_path):

@@ -8,7 +8,7 @@ import torch
 
 from mmspec.speech.asr_model import ASRDecoderAdapter
 from mmspec.speech.data import closed_vocabulary_sentences, load_test_set, split_sentences
-from mmspec.speech.metrics import error_rates, inverse_real_time_factor
+from mmspec.speech.metrics import error_counts, error_rates, inverse_real_time_factor
 from mmspec.speech.pipeline import ASRPipeline, load_audio
 from mmspec.speech.recognizer import BundledRecognizer
 from mmspec.speech.text import CharTokenizer, fortune_sentences, normalize_text
@@ -148,6 +148,9 @@ def test_error_rates_and_rtf():
     rates = error_rates(["the cat sat", "a dog"], ["the cat sad", "A dog!"])
     assert rates["wer"] == pytest.approx(1 / 5) and rates["cer"] == pytest.approx(1 / 16)
     assert error_rates(["one two"], [""])["wer"] == 1.0
+    # per utterance (errors, reference length), summing to the corpus rates: what the bench bootstraps
+    counts = error_counts(["the cat sat", "a dog", "one two"], ["the cat sad", "A dog!", "one two three"])
+    assert counts["wer"] == ([1, 0, 1], [3, 2, 2]) and counts["cer"] == ([1, 0, 6], [11, 5, 7])
     with pytest.raises(ValueError, match="empty"):
         error_rates(["!!"], ["x"])
     assert inverse_real_time_factor(2.0, 10.0) == 5.0

@@ -84,7 +84,12 @@ def test_mcd_orders_distortions():
 def test_tts_quality_keys_and_input_checks():
     texts, waves = clips(2)
     result = tts_quality(texts, waves, 16000, references=waves[::-1], judges=("whisper", "asr-tiny"))
+    per_sample = result.pop("per_sample")
     assert set(result) == {"whisper_wer", "whisper_cer", "asr_tiny_wer", "asr_tiny_cer", "mcd_db", "num_samples"}
+    assert set(per_sample) == set(result) - {"num_samples"}
+    for key, (numerators, denominators) in per_sample.items():  # the parts add up to each figure
+        assert len(numerators) == len(denominators) == 2
+        assert sum(numerators) / sum(denominators) == pytest.approx(result[key])
     assert result["num_samples"] == 2 and result["whisper_wer"] < 0.2 and result["mcd_db"] > 2  # two different sentences
     assert tts_quality(texts, waves, 16000, references=waves, judges=())["mcd_db"] == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(ValueError, match="waves"):

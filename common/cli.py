@@ -31,9 +31,11 @@ def check_plugin_name(name: str) -> None:
 
 def quiet_weight_loading() -> None:
     """Called once a command's arguments are checked, as its heavy work begins."""
+    from diffusers.utils import logging as diffusers_logging
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # weight-loading bars would bury the tables
+    diffusers_logging.disable_progress_bar()
 
 
 def check_device(device: str | None) -> None:
@@ -179,10 +181,17 @@ def print_comparison(accelerated, inputs: list, scored: bool, args, call: dict) 
         except ValueError as error:
             print(f"  quality: not measurable on {len(inputs)} inputs ({error}); raise --num")
             return
-        shown = ", ".join(f"{k} {base_q[k]:.3g} -> {acc_q.get(k, float('nan')):.3g}" for k in base_q
-                          if not k.startswith("num_"))
-        print(f"  quality (AR -> plugin, n = {len(inputs)}{'; small n: mostly noise' if len(inputs) < 16 else ''}): "
+        from .bench import quality_comparison
+        from .stats import paired_bootstrap, split_quality
+
+        (base_q, base_parts), (acc_q, acc_parts) = split_quality(base_q), split_quality(acc_q)
+        costs = paired_bootstrap(base_parts, acc_parts, seed=args.seed)
+        shown = quality_comparison(base_q, acc_q, costs).replace(" → ", " -> ")
+        print(f"  quality (AR -> plugin, n = {len(inputs)}{'; small n: mostly noise' if len(inputs) < 16 else ''}"
+              f"{'; in brackets: the 95% interval of the difference' if costs else ''}): "
               f"{shown or 'none for this pipeline'}")
+        if costs:
+            print("  an interval that holds 0 means noise alone can explain the difference at this n")
 
 
 def cmd_batch(args) -> int:
@@ -218,6 +227,42 @@ def cmd_batch(args) -> int:
         per = summary["per_sample"]
         print(f"{summary['samples']} samples in {args.out} (manifest.jsonl, summary.json); "
               f"target forwards per sample {per['nfe_per_sample']:.1f}, mean accepted {per['mean_accepted']:.2f}")
+    return 0
+
+
+def cmd_train_head(args) -> int:
+    import importlib
+
+    from .training import check_output_folder
+
+    check_plugin_name(args.plugin)
+    for flag, value in (("--steps", args.steps), ("--batch-size", args.batch_size),
+                        ("--num-sequences", args.num_sequences), ("--num-heldout", args.num_heldout),
+                        ("--eval-every", args.eval_every)):
+        if value < 1:
+            raise ValueError(f"{flag} must be an int >= 1, got {value}")
+    check_output_folder(args.out, overwrite=args.overwrite, overwrite_shipped=args.overwrite_shipped)
+    check_device(args.device)
+    quiet_weight_loading()
+    plugin_cls = get_plugin_class(args.plugin)
+    if plugin_cls.head_trainer is None:
+        trainable = [s.name for s in plugin_summaries() if get_plugin_class(s.name).head_trainer]
+        raise ValueError(f"plugin {args.plugin!r} has no weights to train; plugins with a trainer: "
+                         f"{', '.join(trainable)}")
+    module, _, function = plugin_cls.head_trainer.partition(":")
+    trainer = getattr(importlib.import_module(module), function)
+    pipeline = plugin_cls.default_pipeline(model=args.model, device=args.device)
+    from .plugin import Plugin
+
+    Plugin.check_pipeline(plugin_cls(), pipeline)  # the structure only: a plugin's own check may need the weights
+    result = trainer(pipeline, args.out, steps=args.steps, batch_size=args.batch_size,
+                     num_sequences=args.num_sequences, num_heldout=args.num_heldout, seed=args.seed,
+                     eval_every=args.eval_every, work_dir=args.work_dir,
+                     log=(lambda *_: None) if args.quiet else (lambda line: print(line, flush=True)))
+    settings = " ".join(f"--set {k}={v}" for k, v in result["load_with"].items())
+    model = f" --model {args.model}" if args.model else ""
+    print(f"trained: mmspec generate {args.plugin}{model} {settings}  (Python: load_plugin({args.plugin!r}, "
+          f"pipeline=pipe, {', '.join(f'{k}={v!r}' for k, v in result['load_with'].items())}))")
     return 0
 
 
@@ -270,6 +315,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true",
                    help="also run plain AR on the same inputs and seeds: speed-up, forwards, identity, quality")
     p.set_defaults(func=cmd_generate, generate_parser=p)
+
+    p = sub.add_parser("train-head", help="train a plugin's drafting weights (an EAGLE head, ...) for a pipeline",
+                       description="Self-distillation on sequences the pipeline's own model samples: no dataset "
+                                   "needed. The result loads with the printed --set / load_plugin setting.")
+    p.add_argument("plugin", help="plugin name (see `mmspec list`; e.g. eagle, lantern, lantern++)")
+    p.add_argument("--model", default=None, help="bundled model name, or a folder a pipeline's save_pretrained "
+                   "wrote (default: the plugin's default)")
+    p.add_argument("--out", required=True, metavar="DIR", help="new folder for the trained weights")
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--num-sequences", type=int, default=256, help="sequences the model samples to train on")
+    p.add_argument("--num-heldout", type=int, default=32, help="sequences the held-out figure is measured on")
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--work-dir", default=None, help="keep samples and checkpoints here; a rerun resumes")
+    p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out folder")
+    p.add_argument("--overwrite-shipped", action="store_true", help="replace weights mmspec ships (maintainers)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_train_head)
 
     p = sub.add_parser("batch", help="generate for every line of a JSONL manifest; resumable, multi-process",
                        description="Generate one output per manifest line. Several processes: `accelerate "

@@ -52,6 +52,10 @@ class Plugin:
     #                             "num_samples": 40},); keys default to batch 1, the pipeline's sample count and
     #                             the plugin's default model ("model": a bundled model name)
     bench_default_variants: tuple = ()  # replaces bench.ALL_VARIANTS for this plugin when not empty
+    # "module:function" training the plugin's drafting weights for a pipeline (`mmspec train-head`):
+    # function(pipeline, out, *, steps, batch_size, num_sequences, num_heldout, seed, eval_every, work_dir, log)
+    # -> {"load_with": {config field: out}, held-out figures...}. None: nothing to train.
+    head_trainer: str | None = None
 
     def __init__(self, **config):
         self.config = make_config(self.Config, config)

@@ -104,3 +104,23 @@ class RunningLosses:
         line = " ".join(f"{name} {total / max(1, self.count):.{digits}f}" for name, total in self.sums.items())
         self.sums, self.count = {}, 0
         return line
+
+
+def check_output_folder(out, *, overwrite: bool = False, overwrite_shipped: bool = False, flag: str = "--out",
+                        parent_must_exist: bool = True):
+    """Where trained weights go: never over weights the package ships (a folder under one of its `bundled/`
+    folders) unless `overwrite_shipped`, never into a non-empty folder unless `overwrite`; its parent folder
+    must exist unless the caller creates it. Checked before any training; returns the path."""
+    from pathlib import Path
+
+    path = Path(out).resolve()
+    package = Path(__file__).resolve().parents[1]
+    shipped = path.is_relative_to(package) and "bundled" in path.relative_to(package).parts
+    if shipped and not overwrite_shipped:
+        raise ValueError(f"{flag} {str(out)!r} is inside the weights mmspec ships; write elsewhere (or, to replace "
+                         "the shipped weights on purpose, pass --overwrite-shipped)")
+    if path.exists() and (not path.is_dir() or any(path.iterdir())) and not (overwrite or shipped):
+        raise ValueError(f"{flag} {str(out)!r} exists and is not an empty folder; choose another or pass --overwrite")
+    if parent_must_exist and not path.parent.is_dir():
+        raise ValueError(f"{flag} {str(out)!r}: the folder {str(path.parent)!r} does not exist")
+    return path

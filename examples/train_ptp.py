@@ -1,6 +1,6 @@
 """Train `ptp` registers for a frozen page VLM (the bundled doc-tiny, or any DocParsePipeline folder).
 
-    python examples/train_ptp.py                     # runs/ptp -> plugins/ptp/bundled/doc_tiny_registers
+    python examples/train_ptp.py --out plugins/ptp/bundled/doc_tiny_registers --overwrite-shipped   # runs/ptp
     python examples/train_ptp.py --model-dir my_got_ocr2 --adapter-under model.language_model.layers \\
         --out my_registers                           # a GOT-OCR2 checkpoint folder (page and region prompts)
     python examples/train_ptp.py --pages 8 --steps 3 --work-dir /tmp/ptp --out /tmp/regs   # smoke run
@@ -27,7 +27,7 @@ import time
 import torch
 
 from mmspec.common.logits import LogitsPipeline
-from mmspec.common.training import RunningLosses, load_checkpoint, optimizer_step, save_checkpoint, warmup_cosine_lr
+from mmspec.common.training import RunningLosses, check_output_folder, load_checkpoint, optimizer_step, save_checkpoint, warmup_cosine_lr
 from mmspec.docs_parse.model import PageVLMAR, encode_pages
 from mmspec.docs_parse.pages import render_page
 from mmspec.docs_parse.pipeline import BUNDLED_DOC_DIR, DocParsePipeline
@@ -72,7 +72,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", default=str(BUNDLED_DOC_DIR))
     parser.add_argument("--work-dir", default="runs/ptp")
-    parser.add_argument("--out", default=str(BUNDLED_REGISTERS))
+    parser.add_argument("--out", required=True, help=f"where the registers go (the shipped ones: {BUNDLED_REGISTERS})")
+    parser.add_argument("--overwrite-shipped", action="store_true", help="replace the shipped registers")
     parser.add_argument("--pages", type=int, default=480)
     parser.add_argument("--max-new-tokens", type=int, default=640)
     parser.add_argument("--num-registers", type=int, default=16)
@@ -88,6 +89,11 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    try:
+        check_output_folder(args.out, overwrite=True, overwrite_shipped=args.overwrite_shipped,
+                            parent_must_exist=False)
+    except ValueError as error:
+        parser.error(str(error))
     torch.set_num_threads(args.threads)
     os.makedirs(args.work_dir, exist_ok=True)
 

@@ -1,6 +1,6 @@
 """Train `rvq_spec`'s offset vectors by self-distillation on a TTS model's own depth-decoder states.
 
-    python examples/train_rvq_offsets.py                       # tts-tiny -> plugins/rvq_spec/bundled/tts_tiny_offsets
+    python examples/train_rvq_offsets.py --out plugins/rvq_spec/bundled/tts_tiny_offsets --overwrite-shipped  # tts-tiny
     python examples/train_rvq_offsets.py --model path/to/tts_pipeline_folder --out my_offsets
     mmspec bench rvq_spec --set offsets=my_offsets             # then draft with them
 
@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from mmspec.common.training import save_checkpoint, warmup_cosine_lr
+from mmspec.common.training import check_output_folder, save_checkpoint, warmup_cosine_lr
 from mmspec.plugins.rvq_spec import BUNDLED_OFFSETS, RVQOffsets
 from mmspec.plugins.rvq_spec.training import collect_frames, depth_states, offset_losses
 
@@ -82,7 +82,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tts-tiny", help="'tts-tiny' or a TTSPipeline folder")
     parser.add_argument("--work-dir", default="runs/rvq_offsets")
-    parser.add_argument("--out", default=None, help="where the offsets are saved (default for tts-tiny: the bundle)")
+    parser.add_argument("--out", required=True, help=f"where the offsets are saved (the shipped ones: {BUNDLED_OFFSETS})")
+    parser.add_argument("--overwrite-shipped", action="store_true", help="replace the shipped offsets")
     parser.add_argument("--num-texts", type=int, default=640)
     parser.add_argument("--num-validation", type=int, default=64, help="further texts whose frames validate")
     parser.add_argument("--max-frames", type=int, default=250)
@@ -102,9 +103,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = args.out or (str(BUNDLED_OFFSETS) if args.model == "tts-tiny" else None)
-    if out is None:
-        parser.error("--out is required for a model other than tts-tiny")
+    out = args.out
+    try:
+        check_output_folder(out, overwrite=True, overwrite_shipped=args.overwrite_shipped,
+                            parent_must_exist=False)
+    except ValueError as error:
+        parser.error(str(error))
     os.makedirs(args.work_dir, exist_ok=True)
     torch.manual_seed(args.seed)
 

@@ -1,4 +1,6 @@
-"""Train the `ssd` plugin's right and below heads on the bundled LlamaGen model, by self-distillation.
+"""Train the `ssd` plugin's right and below heads on the bundled LlamaGen model, by self-distillation
+on real photo crops (for any other image pipeline: `mmspec train-head ssd --model ... --out DIR`, which
+samples its training sequences from the target itself; same losses, `mmspec.plugins.ssd.train`).
 
 The target is frozen. Sequences are VQ codes of training crops, with the class
 replaced by the null class 10 % of the time so the heads also serve CFG's
@@ -13,7 +15,7 @@ acceptance Σ_x min(p(x), q(x)) per head. Deterministic and resumable
 (--work-dir); the final heads are saved in fp32 (1.6 MB).
 
 Shipped heads were made with:
-    python examples/train_ssd_heads.py --steps 600
+    python examples/train_ssd_heads.py --steps 600 --out plugins/ssd/bundled/heads --overwrite-shipped
 (10 min on 2 CPU cores). Held-out expected acceptance went from 0.386 (right) and 0.275 (below) for
 the untrained heads (both projections = the target's output layer) to 0.469 and 0.411.
 """
@@ -27,7 +29,8 @@ from pathlib import Path
 import torch
 
 from mmspec.plugins.ssd import BUNDLED_HEADS, SpatialHeads
-from mmspec.common.training import warmup_cosine_lr
+from mmspec.plugins.ssd.train import head_losses, heads_acceptance
+from mmspec.common.training import check_output_folder, warmup_cosine_lr
 from mmspec.vision.data import code_dataset
 from mmspec.vision.pipeline import bundled_pipeline
 
@@ -40,28 +43,12 @@ def teacher(model, codes: torch.Tensor, labels: torch.Tensor):
     return hidden.float(), logits.float().softmax(-1)
 
 
-def head_losses(heads: SpatialHeads, hidden, probs, width: int):
-    """Soft cross-entropy of each head against the target's distributions, and the head distributions."""
-    right_logits = heads.right(hidden[:, :-1])  # input j -> code j+1 = the target's distribution at input j+1
-    below_logits = heads.below(hidden[:, 1:1 - width])  # input j (j >= 1) -> code j−1+W (at input j−1+W)
-    right_target, below_target = probs[:, 1:], probs[:, width:]
-    loss_r = -(right_target * right_logits.float().log_softmax(-1)).sum(-1).mean()
-    loss_b = -(below_target * below_logits.float().log_softmax(-1)).sum(-1).mean()
-    return loss_r, loss_b, (right_logits, right_target), (below_logits, below_target)
-
-
 @torch.no_grad()
 def expected_acceptance(heads, model, data, width, batch=100) -> tuple[float, float]:
-    """Mean Σ_x min(p, q) of each head on held-out sequences (the chance speculative sampling keeps a draft)."""
-    totals = [0.0, 0.0]
-    n = 0
-    for i in range(0, len(data["codes"]), batch):
-        hidden, probs = teacher(model, data["codes"][i:i + batch], data["labels"][i:i + batch])
-        *_, right, below = head_losses(heads, hidden, probs, width)
-        for k, (logits, target) in enumerate((right, below)):
-            totals[k] += torch.minimum(logits.float().softmax(-1), target).sum(-1).mean().item()
-        n += 1
-    return totals[0] / n, totals[1] / n
+    """Each head's mean Σ_x min(p, q) on held-out sequences (the chance speculative sampling keeps a draft)."""
+    batches = (teacher(model, data["codes"][i:i + batch], data["labels"][i:i + batch])
+               for i in range(0, len(data["codes"]), batch))
+    return heads_acceptance(heads, batches, width)
 
 
 def main():
@@ -75,8 +62,14 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--work-dir", default="runs/ssd")
-    parser.add_argument("--out", default=str(BUNDLED_HEADS))
+    parser.add_argument("--out", required=True, help=f"where the heads go (the shipped ones are {BUNDLED_HEADS})")
+    parser.add_argument("--overwrite-shipped", action="store_true", help="replace the shipped heads")
     args = parser.parse_args()
+    try:
+        check_output_folder(args.out, overwrite=True, overwrite_shipped=args.overwrite_shipped,
+                            parent_must_exist=False)
+    except ValueError as error:
+        parser.error(str(error))
 
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)

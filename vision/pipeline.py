@@ -17,9 +17,11 @@ negative prompt; for Janus and Chameleon it is an extension).
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import PIL.Image
@@ -39,6 +41,9 @@ from .llamagen import LlamaGenModel
 from .models import ImageModel, as_prompt_list, image_model_for
 
 OUTPUT_TYPES = ("pil", "np", "pt")
+DIFFUSERS_SHIM = "pipeline"  # the module file a saved folder carries for DiffusionPipeline.from_pretrained
+DIFFUSERS_SHIM_SOURCE = ('"""Written by mmspec: lets diffusers\' DiffusionPipeline.from_pretrained load this folder."""\n'
+                         "from mmspec.vision.pipeline import ARImagePipeline  # noqa: F401\n")
 
 
 @dataclass
@@ -81,15 +86,33 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
 
     # --- persistence: diffusers' folders, plus the attached plugin ---------
     def save_pretrained(self, save_directory, **kwargs):
+        """A diffusers folder that `ARImagePipeline.from_pretrained`, `mmspec.load_plugin(model=folder)` and
+        diffusers' own `DiffusionPipeline.from_pretrained(folder, trust_remote_code=True)` all load, plugin
+        included: model_index.json names the class as diffusers names a custom pipeline, [file, class], and the
+        file is a one-line import of this class."""
         super().save_pretrained(save_directory, **kwargs)
+        (Path(save_directory) / f"{DIFFUSERS_SHIM}.py").write_text(DIFFUSERS_SHIM_SOURCE)
+        index = Path(save_directory) / "model_index.json"
+        config = json.loads(index.read_text())
+        config["_class_name"] = [DIFFUSERS_SHIM, type(self).__name__]
+        index.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         self.save_plugin(save_directory)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
-        pipe = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
-        if os.path.isdir(pretrained_model_name_or_path):
-            pipe.plugin = cls.load_saved_plugin(pretrained_model_name_or_path)
-        return pipe
+        shim = Path(pretrained_model_name_or_path) / f"{DIFFUSERS_SHIM}.py"
+        if shim.is_file() and shim.read_text() == DIFFUSERS_SHIM_SOURCE:
+            # the folder's code is exactly our own import line: nothing foreign runs, so no opt-in is asked
+            kwargs.setdefault("trust_remote_code", True)
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+
+    def register_to_config(self, **kwargs):
+        # diffusers' from_pretrained (ours and DiffusionPipeline's alike) ends by recording the folder here:
+        # the one hook both loaders share, so a saved plugin comes back whichever loader the user called.
+        super().register_to_config(**kwargs)
+        folder = kwargs.get("_name_or_path")
+        if folder is not None and os.path.isdir(folder):
+            self.plugin = self.load_saved_plugin(folder)
 
     @classmethod
     def from_saved(cls, directory, device: str = "cpu") -> "ARImagePipeline":
@@ -278,15 +301,15 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
     # --- bench protocol (see mmspec.common.bench) ------------------------
     bench_num_samples = 100
 
-    def _require_class_conditional(self, what: str) -> None:
-        if not self.is_class_conditional:
-            raise NotImplementedError(f"{what} needs a class-conditional pipeline (class labels, bundled classifier); "
-                                      f"this one drives {type(self.transformer).__name__}")
+    def bench_inputs(self, num_samples: int, seed: int) -> list:
+        """Class labels cycling through the classes, or for a text-to-image model the built-in captions
+        (`mmspec.vision.prompts.BENCH_PROMPTS`), cycling."""
+        if self.is_class_conditional:
+            return [i % self.num_classes for i in range(num_samples)]
+        from .prompts import BENCH_PROMPTS
 
-    def bench_inputs(self, num_samples: int, seed: int) -> list[int]:
-        """Class labels, cycling through the classes."""
-        self._require_class_conditional("bench_inputs")
-        return [i % self.num_classes for i in range(num_samples)]
+        self.image_model.require_prompts()
+        return [BENCH_PROMPTS[i % len(BENCH_PROMPTS)] for i in range(num_samples)]
 
     def bench_generate(self, inputs: list, batch_size: int, seed: int, settings: dict):
         """Image i always uses generator seed+i, whatever the batching. Returns code lists + stats.
@@ -317,25 +340,87 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
             self.set_progress_bar_config(disable=disabled)
 
     @torch.no_grad()
-    def bench_quality(self, inputs: list[int], sequences: list[list[int]]) -> dict:
-        """Class accuracy and Fréchet distance (bundled classifier) and target NLL of the codes.
+    def bench_quality(self, inputs: list, sequences: list[list[int]]) -> dict:
+        """Class-conditional: class accuracy and Fréchet distance (bundled classifier) and the target's NLL of
+        the codes. Text-to-image: the target's NLL only (no judge of text-image agreement ships offline).
 
         fd_floor is the distance between two disjoint sets of real held-out crops of the same size,
         the value a perfect generator would get at this sample count.
         """
+        from mmspec.common.stats import PER_SAMPLE
+
         from . import metrics
 
-        self._require_class_conditional("bench_quality")
+        codes_per_image = [len(s) for s in sequences]
+        if not self.is_class_conditional:
+            nll = self.code_nll_per_sample(inputs, sequences).tolist()
+            return {"nll": sum(nll) / max(1, sum(codes_per_image)), PER_SAMPLE: {"nll": (nll, codes_per_image)}}
         labels = torch.tensor(inputs)
         codes = torch.tensor(sequences, device=self.device)
         images = torch.cat([self.decode_tokens(c) for c in codes.split(100)]).cpu()
         classifier = metrics.load_bundled_classifier(self.device)
         real_a, real_b = _real_reference_features(classifier, len(images))
         fake = metrics.features(classifier, images)
-        return {"class_acc": metrics.class_accuracy(classifier, images, labels),
+        hits = metrics.class_hits(classifier, images, labels).double().tolist()
+        nll = metrics.target_nll_per_image(self.transformer, labels.to(self.device), codes).tolist()
+        # FD is a set statistic (no per-image part): its noise level is fd_floor, real against real.
+        return {"class_acc": sum(hits) / len(hits),
                 "fd": metrics.frechet_distance(fake, real_a),
                 "fd_floor": metrics.frechet_distance(real_b, real_a),
-                "nll": metrics.target_nll(self.transformer, labels.to(self.device), codes)}
+                "nll": sum(nll) / max(1, codes.numel()),
+                PER_SAMPLE: {"class_acc": (hits, [1.0] * len(hits)), "nll": (nll, codes_per_image)}}
+
+    @torch.no_grad()
+    def code_nll_per_sample(self, inputs: list, sequences: list[list[int]], batch_size: int = 32) -> torch.Tensor:
+        """Summed NLL (nats) of each sample's codes under the conditional target (no guidance), given its
+        input's prompt: any family, through its adapter. [N] float64 on the CPU."""
+        model = self.image_model
+        grid = model.code_grid(None, None)
+        adapter = model.adapter(grid)
+        sums = [torch.zeros(0, dtype=torch.float64)]
+        for start in range(0, len(inputs), batch_size):
+            ids, mask = _left_pad(model.prompt_rows(inputs[start:start + batch_size], grid), model.pad_token_id)
+            codes = torch.tensor(sequences[start:start + batch_size], device=self.device)
+            full = torch.cat([model.prompt_ids(ids).to(self.device), codes], 1)
+            full_mask = torch.cat([mask.to(self.device), torch.ones_like(codes)], 1)
+            _, out = adapter.prefill(full, full_mask)
+            logp = out.logits[:, ids.shape[1] - 1:-1].float().log_softmax(-1)
+            sums.append(-logp.gather(2, codes[..., None])[..., 0].sum(1).double().cpu())
+        return torch.cat(sums)
+
+    @torch.no_grad()
+    def self_distillation_sequences(self, num_sequences: int, seed: int, unconditional_fraction: float = 0.1,
+                                    batch_size: int = 16):
+        """Sequences the target samples itself (temperature 1, no guidance), to train drafting heads without a
+        dataset: the bench inputs (classes or captions), a fraction replaced by the family's unconditional
+        prompt so heads also draft for guidance's unconditional rows.
+
+        Returns (adapter, ids [N, P + codes] left-padded, mask, first_code [N]: where each row's codes begin
+        among its real tokens). Deterministic in `seed`.
+        """
+        from mmspec.common.decoder import SpeculativeDecoder
+
+        model = self.image_model
+        grid = model.code_grid(None, None)
+        adapter = model.adapter(grid)
+        gen = torch.Generator().manual_seed(seed)
+        rows = model.prompt_rows(self.bench_inputs(num_sequences, seed), grid)
+        unconditional = model.unconditional_rows(rows, grid)
+        drop = (torch.rand(num_sequences, generator=gen) < unconditional_fraction).tolist()
+        rows = [u if d else r for r, u, d in zip(rows, unconditional, drop)]
+        ids, mask = _left_pad(rows, model.pad_token_id)
+        ids = model.prompt_ids(ids).to(self.device)
+        mask = mask.to(self.device)
+        decoder = SpeculativeDecoder(adapter, logits=LogitsPipeline(temperature=1.0))
+        codes = []
+        for start in range(0, num_sequences, batch_size):
+            end = min(start + batch_size, num_sequences)
+            gens = [torch.Generator(self.device).manual_seed(seed * 100_003 + i) for i in range(start, end)]
+            out = decoder.generate(ids[start:end], mask[start:end], max_new_tokens=grid[0] * grid[1], generator=gens)
+            codes.append(out.sequences)
+        codes = torch.cat(codes)
+        return (adapter, torch.cat([ids, codes], 1), torch.cat([mask, torch.ones_like(codes)], 1),
+                mask.sum(1))
 
     def continuous_batching_blocker(self) -> str | None:
         from mmspec.common.pipeline import refill_blocker
@@ -378,33 +463,47 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
         parser.add_argument("--class-label", type=int, action="append", default=[],
-                            help="class to generate (repeatable): --num images cycle through the given classes "
-                                 "(default: through all classes)")
+                            help="class-conditional model: class to generate (repeatable): --num images cycle "
+                                 "through the given classes (default: through all classes)")
+        parser.add_argument("--prompt", action="append", default=[],
+                            help="text-to-image model: prompt (repeatable): --num images cycle through the given "
+                                 "prompts (default: through built-in captions)")
 
     def cli_inputs(self, args):
-        self._require_class_conditional("cli_inputs")
-        return self._cli_labels(args), True
-
-    def _cli_labels(self, args) -> list[int]:
-        """--num images cycling through the --class-label values (default: through every class)."""
-        if not args.class_label:
-            return self.bench_inputs(args.num, args.seed)
-        return [args.class_label[i % len(args.class_label)] for i in range(max(args.num, len(args.class_label)))]
+        """--num inputs cycling through the --class-label values or --prompt texts (whichever this model takes;
+        the other is an error), default: through every class or the built-in captions."""
+        if self.is_class_conditional:
+            if args.prompt:
+                raise ValueError(f"--prompt: this pipeline's {type(self.transformer).__name__} is class-conditional; "
+                                 f"use --class-label (0..{self.num_classes - 1})")
+            given = args.class_label
+        else:
+            if args.class_label:
+                raise ValueError(f"--class-label: this pipeline's {type(self.transformer).__name__} is text-to-image; "
+                                 "use --prompt TEXT")
+            given = args.prompt
+        if not given:
+            return self.bench_inputs(args.num, args.seed), True
+        return [given[i % len(given)] for i in range(max(args.num, len(given)))], True
 
     def cli_generate(self, args, call: dict) -> int:
-        """`mmspec generate PLUGIN --num N --out grid.png`: N images cycling through the classes."""
+        """`mmspec generate PLUGIN --num N --out grid.png`: N images cycling through the classes or prompts,
+        one grid column per distinct input."""
         from .data import CLASS_NAMES
         from .metrics import save_image_grid
 
-        self._require_class_conditional("cli_generate")
-        labels = self._cli_labels(args)
-        self.check_inputs(labels, 1.0, 1, "pt")
-        codes, stats = self.bench_generate(labels, args.batch_size, args.seed, call)
+        inputs, _ = self.cli_inputs(args)
+        self.check_inputs(inputs if self.is_class_conditional else None, 1.0, 1, "pt",
+                          prompt=None if self.is_class_conditional else inputs)
+        codes, stats = self.bench_generate(inputs, args.batch_size, args.seed, call)
         images = self.decode_tokens(torch.tensor(codes)).cpu()
         out = args.out or "grid.png"
-        save_image_grid(images, rows=-(-len(images) // self.num_classes), path=out)  # a column per class
-        names = [CLASS_NAMES[c] if c < len(CLASS_NAMES) else str(c) for c in labels]
-        print(f"wrote {len(images)} images to {out} (classes: {', '.join(names)})")
+        save_image_grid(images, rows=-(-len(images) // len(set(inputs))), path=out)  # a column per input
+        if self.is_class_conditional:
+            shown = "classes: " + ", ".join(CLASS_NAMES[c] if c < len(CLASS_NAMES) else str(c) for c in inputs)
+        else:
+            shown = "prompts: " + "; ".join(dict.fromkeys(inputs))
+        print(f"wrote {len(images)} images to {out} ({shown})")
         print(stats)
         return 0
 

@@ -158,6 +158,7 @@ class LanternPPConfig(EagleConfig):
 class _EaglePlugin(Plugin):
     modality = "vision"
     requires = CodeGrid
+    head_trainer = "mmspec.plugins.lantern.train:train_eagle_head"
     bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
 
     def __init__(self, **config):
@@ -183,8 +184,8 @@ class _EaglePlugin(Plugin):
         if latents is not None and latents.shape[0] != vocab:
             where = self.config.head_path or "the bundled head (trained on llamagen-tiny)"
             raise ValueError(f"plugin {self.name!r}: {where} drafts over {vocab} codes, this pipeline's codebook has "
-                             f"{latents.shape[0]}; train a head for it (examples/train_eagle_head.py) and pass "
-                             "head_path=")
+                             f"{latents.shape[0]}; train a head for it (`mmspec train-head {self.name} --model ... --out DIR`) "
+                             "and pass head_path=DIR")
 
     def _rule(self, grid, target, logits) -> AcceptRule:
         return GreedyMatch() if logits.greedy else SpeculativeSampling()

@@ -24,15 +24,19 @@ def teacher_pass(target: ARModel, ids: torch.Tensor, mask: torch.Tensor | None =
     return out.hidden.float(), out.logits.float().softmax(-1)
 
 
-def pair_inputs(ids: torch.Tensor, features: torch.Tensor, mask: torch.Tensor | None, first_code: int):
+def pair_inputs(ids: torch.Tensor, features: torch.Tensor, mask: torch.Tensor | None,
+                first_code: int | torch.Tensor):
     """The head's training pairs of sequences [B, T]: (features f_i, tokens i+1, positions i) for
     i = 0..T−3, and which pairs count in the loss (the target predicts a code at i+1, i.e. i+1 >= first_code
-    within the row, and both tokens are real)."""
+    within the row, and both tokens are real). first_code: one int, or one per row [B] (prompts of
+    different lengths)."""
     batch, length = ids.shape
     valid = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
     positions = (valid.long().cumsum(1) - 1).clamp(min=0)
     pair_tokens, pair_features = ids[:, 1:-1], features[:, :-2]
     pair_pos = positions[:, :-2]
+    if isinstance(first_code, torch.Tensor):
+        first_code = first_code.to(ids.device)[:, None]
     counts = valid[:, :-2] & valid[:, 1:-1] & (positions[:, 1:-1] >= first_code)
     return pair_tokens, pair_features, pair_pos, counts
 
@@ -68,9 +72,10 @@ def expected_acceptance(bound: BoundHead, target: ARModel, ids: torch.Tensor, ma
     total, n = 0.0, 0
     for i in range(0, len(ids), batch_size):
         part_mask = None if mask is None else mask[i:i + batch_size]
+        part_first = first_code[i:i + batch_size] if isinstance(first_code, torch.Tensor) else first_code
         feats, probs = teacher_pass(target, ids[i:i + batch_size], part_mask)
         *_, logits, wanted = distill_losses(bound, ids[i:i + batch_size], feats, probs, part_mask,
-                                            first_code=first_code, noise=0.0)
+                                            first_code=part_first, noise=0.0)
         total += torch.minimum(logits.softmax(-1), wanted).sum(-1).sum().item()
         n += logits.shape[0]
     return total / max(n, 1)

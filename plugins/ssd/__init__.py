@@ -175,6 +175,7 @@ class SSDPlugin(Plugin):
     paper = "SSD, spatially speculative decoding (arXiv:2606.20543); heads and drafting as in plugins/ssd"
     Config = SSDConfig
     requires = CodeGrid
+    head_trainer = "mmspec.plugins.ssd.train:train_ssd_heads"
     bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
     bench_variants = tuple({"batch_size": 4, "num_samples": 40, "settings": {"num_draft_tokens": k}}
                            for k in (2, 6)) + ({"batch_size": 4, "num_samples": 40, "settings": {"temperature": 0.0}},)
@@ -196,10 +197,11 @@ class SSDPlugin(Plugin):
         if grid.latents is not None and grid.latents.shape[0] != heads.config.vocab_size:
             raise ValueError(f"plugin 'ssd': {where} draft over {heads.config.vocab_size} codes, this pipeline's "
                              f"codebook has {grid.latents.shape[0]}; train heads for it "
-                             "(examples/train_ssd_heads.py) and pass heads_path=")
+                             "(mmspec train-head ssd --model ... --out DIR) and pass heads_path=DIR")
         if heads.config.grid_width != grid.cols:
             raise ValueError(f"plugin 'ssd': {where} were trained for grid width {heads.config.grid_width}, "
-                             f"this pipeline's images are {grid.cols} codes wide; pass heads_path=")
+                             f"this pipeline's images are {grid.cols} codes wide; train heads for it "
+                             "(mmspec train-head ssd --model ... --out DIR) and pass heads_path=DIR")
 
     def save_pretrained(self, directory):
         """The heads this plugin drafts with, under `ssd_heads/`."""

@@ -22,9 +22,17 @@ def no_model(monkeypatch):
     (["generate", "ar", "--out", "no_such_folder/x.png"], "the folder"),
     (["batch", "ar", "--inputs", "missing.jsonl", "--out", "o"], "--inputs: no such manifest file"),
     (["batch", "ar", "--inputs", "missing.jsonl", "--out", "o", "--batch-size", "0"], "--batch-size must be"),
+    (["train-head", "lantern", "--out", "h", "--steps", "0"], "--steps must be an int >= 1, got 0"),
+    (["train-head", "sjd", "--out", "h"], "plugin 'sjd' has no weights to train; plugins with a trainer: eagle, "
+                                          "lantern, lantern++"),
+    (["train-head", "lantern", "--out", "nodir/h"], "the folder"),
+    (["train-head", "lantern", "--out", "full"], "'full' exists and is not an empty folder; choose another or pass "
+                                                 "--overwrite"),
 ])
 def test_bad_arguments_fail_before_any_model_loads(no_model, capsys, tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "config.json").write_text("{}")
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
@@ -82,3 +90,12 @@ def test_light_commands_and_early_mistakes_do_not_import_torch(args):
         assert "lantern" in done.stdout and ("ctc_draft" in done.stdout) == (len(args) == 1)
     if "lanter" in args or "nope" in args:
         assert "error: unknown plugin" in done.stderr and "available: ar," in done.stderr
+
+
+def test_train_head_never_writes_over_shipped_weights_unless_asked(no_model, capsys):
+    from mmspec.plugins.lantern import BUNDLED_EAGLE_HEAD
+
+    assert cli.main(["train-head", "lantern", "--out", str(BUNDLED_EAGLE_HEAD)]) == 2
+    assert "is inside the weights mmspec ships" in capsys.readouterr().err
+    assert cli.main(["train-head", "lantern", "--out", str(BUNDLED_EAGLE_HEAD), "--overwrite"]) == 2
+    assert "--overwrite-shipped" in capsys.readouterr().err

@@ -455,3 +455,33 @@ def test_lantern_beside_ar_and_saved_with_its_head(tmp_path, torch_kernels):
     assert loaded.plugin.config.head_path == str(tmp_path / "eagle_head")
     after = loaded(class_labels=[2, 9], generator=gens(), output_type="pt")
     assert torch.equal(after.tokens, before.tokens) and after.stats.drafter_nfe > 0
+
+
+def test_train_eagle_head_for_a_hf_model_resumes_to_identical_weights(tmp_path):
+    """`train_eagle_head` (what `mmspec train-head` runs) on a tiny Janus: a run stopped at step 2 and resumed
+    from its work folder ends with the weights of a straight run; the head loads with head_path and drafts."""
+    from safetensors.torch import load_file
+    from tiny_models import build_tiny_janus, tiny_text_tokenizer
+
+    from mmspec import load_plugin
+    from mmspec.plugins.lantern.train import train_eagle_head
+    from mmspec.vision.pipeline import ARImagePipeline
+
+    pipe = ARImagePipeline(build_tiny_janus(), tokenizer=tiny_text_tokenizer(boi_token="<begin_of_image>"))
+    pipe.set_progress_bar_config(disable=True)
+    options = dict(batch_size=4, num_sequences=12, num_heldout=4, eval_every=2, seed=1, log=lambda _: None)
+    train_eagle_head(pipe, tmp_path / "part", steps=2, work_dir=tmp_path / "work", **options)
+    resumed = train_eagle_head(pipe, tmp_path / "resumed", steps=4, work_dir=tmp_path / "work", **options)
+    straight = train_eagle_head(pipe, tmp_path / "straight", steps=4, work_dir=tmp_path / "fresh", **options)
+    a, b = (load_file(tmp_path / name / "diffusion_pytorch_model.safetensors") for name in ("resumed", "straight"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed == {**straight, "load_with": {"head_path": str(tmp_path / "resumed")}}
+    assert all(p.requires_grad for p in pipe.transformer.parameters())  # the caller's model is given back as it was
+    lantern = load_plugin("eagle", pipeline=pipe, head_path=str(tmp_path / "resumed"))
+    prompts = ["a b", "c"]
+    gens = lambda: [torch.Generator().manual_seed(i) for i in range(2)]  # noqa: E731
+    ar = pipe(prompt=prompts, temperature=0.0, generator=gens(), output_type="pt")
+    out = lantern(prompt=prompts, temperature=0.0, generator=gens(), output_type="pt")
+    assert torch.equal(out.tokens, ar.tokens) and out.stats.drafter_nfe > 0
+    with pytest.raises(ValueError, match="num_sequences must be an int >= 1, got 0"):
+        train_eagle_head(pipe, tmp_path / "x", num_sequences=0)

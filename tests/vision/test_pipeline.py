@@ -62,6 +62,28 @@ def test_save_load_round_trip(pipe, tmp_path):
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.images, b.images)
 
 
+def test_diffusers_loader_loads_a_saved_folder_with_its_plugin(pipe, tmp_path):
+    """diffusers' own DiffusionPipeline.from_pretrained loads our folder (its custom-pipeline route: opt-in with
+    trust_remote_code, as for any folder that carries code), plugin included; our loader needs no opt-in while
+    the folder's code is exactly the import line we wrote, and asks for it once that file is changed."""
+    from diffusers import DiffusionPipeline
+
+    load_plugin("sjd", pipeline=pipe).save_pretrained(tmp_path / "p")
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        DiffusionPipeline.from_pretrained(tmp_path / "p")
+    loaded = DiffusionPipeline.from_pretrained(tmp_path / "p", trust_remote_code=True)
+    assert type(loaded) is ARImagePipeline and loaded.plugin.name == "sjd"
+    loaded.set_progress_bar_config(disable=True)
+    a = pipe(class_labels=[0, 1], temperature=0, output_type="pt")
+    b = loaded(class_labels=[0, 1], temperature=0, output_type="pt")
+    assert torch.equal(a.tokens, b.tokens) and b.stats.target_nfe < a.stats.target_nfe  # the plugin ran, losslessly
+    assert ARImagePipeline.from_pretrained(tmp_path / "p").plugin.name == "sjd"
+    shim = tmp_path / "p" / "pipeline.py"
+    shim.write_text(shim.read_text() + "print('not ours')\n")
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        ARImagePipeline.from_pretrained(tmp_path / "p")
+
+
 def test_greedy_without_guidance_follows_the_model(pipe):
     out = pipe(class_labels=[1], guidance_scale=1.0, temperature=0, output_type="pt")
     seq = pipe.transformer.class_token(torch.tensor([1]))[:, None]
@@ -126,5 +148,10 @@ def test_bench_protocol_on_tiny_components(pipe, monkeypatch):
     three, _ = pipe.bench_generate(labels, 3, 0, {"guidance_scale": 2.0})
     assert one == three and stats.tokens == 6 * 16
     quality = pipe.bench_quality(labels, one)
+    parts = quality.pop("per_sample")
     assert set(quality) == {"class_acc", "fd", "fd_floor", "nll"}
+    assert set(parts) == {"class_acc", "nll"}  # FD is a set statistic: its noise level is fd_floor
+    for key, (numerators, denominators) in parts.items():  # the per-image parts add up to each figure
+        assert len(numerators) == len(denominators) == len(labels)
+        assert sum(numerators) / sum(denominators) == pytest.approx(quality[key], rel=1e-5)
     assert 0 <= quality["class_acc"] <= 1 and quality["fd"] >= 0 and quality["nll"] > 0

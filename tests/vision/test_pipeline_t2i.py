@@ -224,8 +224,36 @@ def test_bench_generate_takes_prompts(pipes):
     one, stats = pipe.bench_generate(PROMPTS * 2, 1, 0, {"guidance_scale": 2.0})
     two, _ = pipe.bench_generate(PROMPTS * 2, 2, 0, {"guidance_scale": 2.0})
     assert one == two and stats.tokens == 4 * HF_GRID ** 2
-    with pytest.raises(NotImplementedError, match="class-conditional"):
-        pipe.bench_inputs(4, seed=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bench_inputs_and_quality_of_a_text_to_image_model(pipes, kind):
+    """Without prompts, text-to-image models run on the built-in captions; quality is the target's NLL of the
+    codes: greedy codes (each the argmax after its prefix) score lower than sampled ones, and those lower than
+    uniformly random codes (an off-by-one in the alignment of logits and codes breaks both orders)."""
+    from mmspec.vision.prompts import BENCH_PROMPTS
+
+    pipe = pipes[kind]  # at the model's default size, as bench runs it
+    inputs = pipe.bench_inputs(6, seed=0)
+    assert inputs == list(BENCH_PROMPTS[:6])
+    greedy, _ = pipe.bench_generate(inputs, 3, 0, {"guidance_scale": 1.0, "temperature": 0.0})
+    sampled, _ = pipe.bench_generate(inputs, 3, 0, {"guidance_scale": 1.0, "temperature": 1.0})
+    uniform = torch.randint(0, HF_CODES, (6, len(greedy[0])), generator=torch.Generator().manual_seed(0)).tolist()
+    nll = {name: pipe.bench_quality(inputs, codes)["nll"] for name, codes in
+           (("greedy", greedy), ("sampled", sampled), ("uniform", uniform))}
+    assert nll["greedy"] < nll["sampled"] < nll["uniform"], nll
+
+
+def test_self_distillation_sequences(pipes):
+    pipe = pipes["janus"]
+    target, ids, mask, first = pipe.self_distillation_sequences(12, seed=3, unconditional_fraction=0.5)
+    again = pipe.self_distillation_sequences(12, seed=3, unconditional_fraction=0.5)
+    assert torch.equal(ids, again[1]) and torch.equal(mask, again[2]) and torch.equal(first, again[3])
+    codes = HF_GRID ** 2
+    assert ids.shape == mask.shape and ids.shape[0] == 12 and bool(mask[:, -codes:].all())
+    assert torch.equal(first, mask[:, :-codes].sum(1))  # codes start right after each row's real prompt tokens
+    assert len(set(first.tolist())) > 1  # conditional and unconditional prompts differ in length
+    assert int(ids[:, -codes:].max()) < target.vocab_size
 
 
 @pytest.mark.parametrize("kind", KINDS)

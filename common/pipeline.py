@@ -187,7 +187,11 @@ class Pipeline:
         raise NotImplementedError(f"{type(self).__name__} has no bench generation")
 
     def bench_quality(self, inputs: list, sequences: list[list[int]]) -> dict:
-        """Quality metrics of generated sequences (names -> numbers)."""
+        """Quality metrics of generated sequences (names -> numbers). Optionally also "per_sample":
+        {metric: (numerators, denominators)}, one pair per input, with metric = Σ numerators / Σ denominators
+        (an accuracy: hits and ones; a per-token NLL: nats and tokens; a corpus error rate: errors and
+        reference lengths): bench and `generate --compare` then give plugin − AR a paired-bootstrap interval
+        (`mmspec.common.stats.paired_bootstrap`)."""
         return {}
 
     def bench_compare(self, inputs: list, baseline: list[list[int]], accelerated: list[list[int]]) -> dict:

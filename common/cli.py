@@ -47,11 +47,16 @@ def check_device(device: str | None) -> None:
                              "use --device cpu")
 
 
-def check_generate_args(args) -> None:
-    """What `mmspec generate` can check before any model loads."""
-    for flag, value in (("--num", args.num), ("--batch-size", args.batch_size)):
+def check_counts(*flags: tuple[str, int]) -> None:
+    """Each (flag, value) is a count: an int >= 1."""
+    for flag, value in flags:
         if value < 1:
             raise ValueError(f"{flag} must be an int >= 1, got {value}")
+
+
+def check_generate_args(args) -> None:
+    """What `mmspec generate` can check before any model loads."""
+    check_counts(("--num", args.num), ("--batch-size", args.batch_size))
     check_device(args.device)
     if args.out is not None:
         parent = Path(args.out).resolve().parent
@@ -196,8 +201,7 @@ def print_comparison(accelerated, inputs: list, scored: bool, args, call: dict) 
 
 def cmd_batch(args) -> int:
     check_plugin_name(args.plugin)
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be an int >= 1, got {args.batch_size}")
+    check_counts(("--batch-size", args.batch_size))
     check_device(args.device)
     quiet_weight_loading()
 
@@ -236,11 +240,8 @@ def cmd_train_head(args) -> int:
     from .training import check_output_folder
 
     check_plugin_name(args.plugin)
-    for flag, value in (("--steps", args.steps), ("--batch-size", args.batch_size),
-                        ("--num-sequences", args.num_sequences), ("--num-heldout", args.num_heldout),
-                        ("--eval-every", args.eval_every)):
-        if value < 1:
-            raise ValueError(f"{flag} must be an int >= 1, got {value}")
+    check_counts(("--steps", args.steps), ("--batch-size", args.batch_size), ("--num-sequences", args.num_sequences),
+                 ("--num-heldout", args.num_heldout), ("--eval-every", args.eval_every))
     check_output_folder(args.out, overwrite=args.overwrite, overwrite_shipped=args.overwrite_shipped)
     check_device(args.device)
     quiet_weight_loading()

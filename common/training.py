@@ -76,6 +76,24 @@ def load_checkpoint(path: str, model, optimizer, schedule=None) -> dict | None:
     return saved
 
 
+def resume_step(checkpoint, model, optimizer, log=print) -> int:
+    """The step a run resumes at: restores `model` and `optimizer` from `checkpoint` (a path, or None for a run
+    that keeps none) when one was saved by `save_step`, else 0."""
+    saved = load_checkpoint(str(checkpoint), model, optimizer) if checkpoint is not None else None
+    if not saved:
+        return 0
+    log(f"resumed at step {saved['step']}")
+    return saved["step"]
+
+
+def save_step(checkpoint, model, optimizer, step: int) -> None:
+    """Checkpoint `model` and `optimizer` after `step` steps for `resume_step` (nothing when `checkpoint` is
+    None)."""
+    if checkpoint is not None:
+        save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step},
+                        str(checkpoint))
+
+
 def optimizer_step(loss, model, optimizer, schedule=None, max_grad_norm: float = 1.0) -> None:
     """Backward, clip the gradient norm, step the optimizer (and the LR schedule, if any)."""
     import torch

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from mmspec.common.training import load_checkpoint, save_checkpoint, warmup_cosine_lr
+from mmspec.common.training import resume_step, save_step, warmup_cosine_lr
 
 from .drafter import BoundHead, EagleHead
 from .training import distill_losses, expected_acceptance, teacher_pass
@@ -41,10 +41,7 @@ def fit_eagle_head(target, batch_fn, num_train: int, held, *, steps: int, batch_
     evaluate = lambda: expected_acceptance(bound, target, held_ids, held_mask, first_code=held_first)  # noqa: E731
     before = evaluate()  # of the untrained head, resumed or not
     log(f"held-out expected acceptance before training: {before:.3f}")
-    saved = load_checkpoint(str(checkpoint), head, opt) if checkpoint is not None else None
-    start = saved["step"] if saved else 0
-    if saved:
-        log(f"resumed at step {start}")
+    start = resume_step(checkpoint, head, opt, log)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(start):  # replay the data and noise order
         torch.randint(0, num_train, (batch_size,), generator=gen)
@@ -68,9 +65,7 @@ def fit_eagle_head(target, batch_fn, num_train: int, held, *, steps: int, batch_
             accept = evaluate()
             log(f"step {step + 1}/{steps} feature loss {feat_loss.item():.4f} token loss {token_loss.item():.3f} "
                 f"held-out expected acceptance {accept:.3f} {time.time() - t0:.0f}s")
-            if checkpoint is not None:
-                save_checkpoint({"model": head.state_dict(), "optimizer": opt.state_dict(), "step": step + 1},
-                                str(checkpoint))
+            save_step(checkpoint, head, opt, step + 1)
     if start >= steps:  # resumed a finished run: report the held-out figure of the saved head
         accept = evaluate()
     return head.eval(), {"expected_acceptance_before": before, "expected_acceptance": accept, "steps": steps}

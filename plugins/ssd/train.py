@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from mmspec.common.training import load_checkpoint, save_checkpoint, warmup_cosine_lr
+from mmspec.common.training import resume_step, save_step, warmup_cosine_lr
 
 from . import SpatialHeads
 
@@ -109,11 +109,8 @@ def train_ssd_heads(pipeline, out, *, steps: int = 300, batch_size: int = 16, lr
         opt = torch.optim.AdamW([p for p in heads.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
         before = heads_acceptance(heads, held_batches, width)
         log(f"held-out expected acceptance before training (right, below): {before[0]:.3f}, {before[1]:.3f}")
-        start, checkpoint = 0, Path(work_dir) / "ssd_heads.ckpt" if work_dir is not None else None
-        saved = load_checkpoint(str(checkpoint), heads, opt) if checkpoint is not None else None
-        if saved:
-            start = saved["step"]
-            log(f"resumed at step {start}")
+        checkpoint = Path(work_dir) / "ssd_heads.ckpt" if work_dir is not None else None
+        start = resume_step(checkpoint, heads, opt, log)
         gen = torch.Generator().manual_seed(seed)
         for _ in range(start):  # replay the data order
             torch.randint(0, num_sequences, (batch_size,), generator=gen)
@@ -130,9 +127,7 @@ def train_ssd_heads(pipeline, out, *, steps: int = 300, batch_size: int = 16, lr
                 accept = heads_acceptance(heads, held_batches, width)
                 log(f"step {step + 1}/{steps} loss right {loss_r.item():.3f} below {loss_b.item():.3f} held-out "
                     f"expected acceptance right {accept[0]:.3f} below {accept[1]:.3f} {time.time() - t0:.0f}s")
-                if checkpoint is not None:
-                    save_checkpoint({"model": heads.state_dict(), "optimizer": opt.state_dict(), "step": step + 1},
-                                    str(checkpoint))
+                save_step(checkpoint, heads, opt, step + 1)
         if start >= steps:  # resumed a finished run: report the held-out figures of the saved heads
             accept = heads_acceptance(heads, held_batches, width)
     heads.float().eval().save_pretrained(str(out))

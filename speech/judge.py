@@ -22,7 +22,7 @@ import torchaudio
 from .asr_model import SAMPLE_RATE
 from mmspec.common.stats import PER_SAMPLE
 
-from .metrics import error_counts, error_rates
+from .metrics import error_counts, rates_of
 from .pipeline import bundled_pipeline, load_audio
 
 INSTALL_HINT = "pip install 'mmspec[tts-judge]'"
@@ -209,7 +209,8 @@ def tts_quality(texts: list[str], waves: list[np.ndarray], sampling_rate: int, *
     result, per_sample = {}, {}
     for name in judges:
         transcripts = JUDGES[name]().transcribe(waves, SAMPLE_RATE)
-        rates, counts = error_rates(list(texts), transcripts), error_counts(list(texts), transcripts)
+        counts = error_counts(list(texts), transcripts)
+        rates = rates_of(counts)
         key = name.replace("-", "_")
         result[f"{key}_wer"], result[f"{key}_cer"] = rates["wer"], rates["cer"]
         per_sample[f"{key}_wer"], per_sample[f"{key}_cer"] = counts["wer"], counts["cer"]

@@ -343,11 +343,11 @@ class ASRPipeline(Pipeline):
     def bench_quality(self, inputs: list[dict], sequences: list[list[int]]) -> dict:
         from mmspec.common.stats import PER_SAMPLE
 
-        from .metrics import error_counts, error_rates
+        from .metrics import error_counts, rates_of
 
-        hyps = [self.recognizer.decoder_ids_to_text(s) for s in sequences]
-        refs = [row["text"] for row in inputs]
-        return {**error_rates(refs, hyps), PER_SAMPLE: error_counts(refs, hyps)}
+        counts = error_counts([row["text"] for row in inputs],
+                              [self.recognizer.decoder_ids_to_text(s) for s in sequences])
+        return {**rates_of(counts), PER_SAMPLE: counts}
 
     def bench_summary(self, inputs: list[dict], stats: DecodeStats, seconds: float) -> dict:
         """Real-time factor over the same audio (file durations), and the share of rows a gate finished."""

@@ -9,13 +9,21 @@ from tiny_models import HF_CODES, HF_GRID, build_tiny_chameleon, build_tiny_emu3
 from mmspec.common.registry import bundled_models, load_bundled_pipeline
 
 
+def tiny_janus_pipeline():
+    """A new image pipeline over a tiny random Janus (text-to-image), built offline; not cached, for tests
+    that change the pipeline."""
+    from mmspec.vision.pipeline import ARImagePipeline
+
+    return ARImagePipeline(build_tiny_janus(), tokenizer=tiny_text_tokenizer(boi_token="<begin_of_image>"))
+
+
 def _tiny_hf_image(name):
     from diffusers import VQModel
 
     from mmspec.vision.pipeline import ARImagePipeline
 
     if name == "janus-tiny":
-        return ARImagePipeline(build_tiny_janus(), tokenizer=tiny_text_tokenizer(boi_token="<begin_of_image>"))
+        return tiny_janus_pipeline()
     if name == "emu3-tiny":
         return ARImagePipeline(build_tiny_emu3(), tokenizer=tiny_text_tokenizer(
             boi_token="<|image start|>", image_wrapper_token="<|image token|>"))

@@ -460,14 +460,13 @@ def test_lantern_beside_ar_and_saved_with_its_head(tmp_path, torch_kernels):
 def test_train_eagle_head_for_a_hf_model_resumes_to_identical_weights(tmp_path):
     """`train_eagle_head` (what `mmspec train-head` runs) on a tiny Janus: a run stopped at step 2 and resumed
     from its work folder ends with the weights of a straight run; the head loads with head_path and drafts."""
+    from pipelines import tiny_janus_pipeline
     from safetensors.torch import load_file
-    from tiny_models import build_tiny_janus, tiny_text_tokenizer
 
     from mmspec import load_plugin
     from mmspec.plugins.lantern.train import train_eagle_head
-    from mmspec.vision.pipeline import ARImagePipeline
 
-    pipe = ARImagePipeline(build_tiny_janus(), tokenizer=tiny_text_tokenizer(boi_token="<begin_of_image>"))
+    pipe = tiny_janus_pipeline()
     pipe.set_progress_bar_config(disable=True)
     options = dict(batch_size=4, num_sequences=12, num_heldout=4, eval_every=2, seed=1, log=lambda _: None)
     train_eagle_head(pipe, tmp_path / "part", steps=2, work_dir=tmp_path / "work", **options)

@@ -182,14 +182,13 @@ def test_train_ssd_heads_for_a_hf_model_resumes_to_identical_weights(tmp_path):
     acceptance rises; a run stopped at step 3 and resumed from its work folder ends with a straight run's
     weights; the heads load with heads_path=, draft tokens the target keeps, and give AR's greedy images (with
     guidance: the unconditional rows are drafted too)."""
+    from pipelines import tiny_janus_pipeline
     from safetensors.torch import load_file
-    from tiny_models import build_tiny_janus, tiny_text_tokenizer
 
     from mmspec import load_plugin
     from mmspec.plugins.ssd.train import train_ssd_heads
-    from mmspec.vision.pipeline import ARImagePipeline
 
-    pipe = ARImagePipeline(build_tiny_janus(), tokenizer=tiny_text_tokenizer(boi_token="<begin_of_image>"))
+    pipe = tiny_janus_pipeline()
     pipe.set_progress_bar_config(disable=True)
     options = dict(batch_size=8, num_sequences=48, num_heldout=8, eval_every=3, seed=1, log=lambda _: None)
     train_ssd_heads(pipe, tmp_path / "part", steps=3, work_dir=tmp_path / "work", **options)

@@ -84,9 +84,10 @@ def _summary(stats, latency, num_samples, quality, extra: dict) -> dict:
     return {**extra, "nfe_per_sample": stats.nfe_per_sample, "latency_s_per_sample": latency / num_samples,
             "tokens_per_sample": stats.tokens / num_samples, "mean_accepted": stats.mean_accepted,
             "acceptance_per_position": stats.acceptance_per_position, "target_nfe": stats.target_nfe,
-            "drafter_nfe": stats.drafter_nfe, "time_split_s": {"draft": stats.time_draft_s,
-                                                               "verify": stats.time_verify_s,
-                                                               "accept": stats.time_accept_s},
+            "drafter_nfe": stats.drafter_nfe, "target_width": stats.target_width / max(1, stats.target_nfe),
+            "time_split_s": {"draft": stats.time_draft_s, "verify": stats.time_verify_s,
+                             "accept": stats.time_accept_s, "prefill": stats.time_prefill_s,
+                             "total": stats.time_total_s},
             "quality": quality}
 
 
@@ -291,6 +292,11 @@ def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
         text += ["## Side by side with peer implementations", "", peers, ""]
     if refills:
         text += ["## Continuous batching", "", REFILL_INTRO, "", format_refill_table(refills), ""]
+    from .profile import PROFILE_INTRO, format_profile_table
+
+    profile = format_profile_table(results)
+    if profile:
+        text += ["## Where the time goes", "", PROFILE_INTRO, "", profile, ""]
     text += ["## Acceptance per draft position", ""]
     for r in results:
         acc = r["accelerated"]["acceptance_per_position"]

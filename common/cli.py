@@ -115,6 +115,12 @@ def cmd_bench(args) -> int:
     if peers:
         print()
         print(peers)
+    if args.profile:
+        from .profile import format_profile
+
+        for row in plugin_rows(results):
+            print()
+            print(format_profile(row))
     return 0
 
 
@@ -298,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print every column (NFE and latency per side, lossless); BENCHMARKS.md always has them")
     p.add_argument("--refill", action="store_true",
                    help="samples/s with and without continuous batching at --batch-size (>= 2)")
+    p.add_argument("--profile", action="store_true",
+                   help="also print where the time goes per decode step: draft / verify / accept / other, the "
+                   "target's and drafter's forward costs, and what bounds the speed-up")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_bench)
 

@@ -52,7 +52,8 @@ def begin_generation(target: ARModel, input_ids: torch.Tensor, attention_mask: t
     stats = DecodeStats(num_rows=batch)
     start_time = time.perf_counter()
     rows = torch.arange(batch if first_rows is None else first_rows)
-    state, fed = prefill_rows(target, ids, mask, prefill_input, rows)
+    with stats.timer("prefill", device):
+        state, fed = prefill_rows(target, ids, mask, prefill_input, rows)
     stats.prefill_nfe += fed
     return DecodeStart(ids, mask, state, generator, stats, start_time)
 
@@ -275,7 +276,8 @@ class SpeculativeDecoder:
         """Prefill the next waiting rows into the places finished rows left (continuous batching)."""
         take = torch.tensor(waiting[: width - rows.numel()], dtype=torch.long)
         del waiting[: take.numel()]
-        new_state, fed = prefill_rows(self.target, ids, mask, prefill_input, take)
+        with stats.timer("prefill", self.target.device):
+            new_state, fed = prefill_rows(self.target, ids, mask, prefill_input, take)
         stats.prefill_nfe += fed
         self.target.append_rows(state, new_state)
         take = take.to(rows.device)
@@ -327,7 +329,7 @@ class SpeculativeDecoder:
                 nodes = torch.arange(draft.tree.num_nodes + 1)
                 out = self.target.forward(state, tokens, positions, token_mask=token_mask, tree=draft.tree,
                                           tree_nodes=nodes, output_hidden=hidden)
-            stats.target_nfe += 1
+            stats.count_target_forward(tokens.shape[1])
             return self.logits.probs(out.logits), out
 
     def _keep(self, state, draft: Draft, acc) -> None:

@@ -93,7 +93,7 @@ class ScheduledDecoder:
                 query_only = torch.tensor(step.query_only, device=device)[None].expand(batch, -1)
             with stats.timer("verify", device):
                 logits = self.target.forward(state, tokens, positions, query_only=query_only).logits
-                stats.target_nfe += 1
+                stats.count_target_forward(tokens.shape[1])
             with stats.timer("accept", device):
                 probs = self.logits.probs(logits[:, step.sample_from])  # [B, S, V]
                 uniforms = draw_uniform(generator, batch, probs.shape[1], device)

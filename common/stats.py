@@ -14,6 +14,7 @@ class DecodeStats:
     num_rows: int = 0
     tokens: int = 0  # generated tokens, summed over rows
     target_nfe: int = 0  # target forwards in the decode loop (the prompt prefill is counted apart)
+    target_width: int = 0  # tokens per row those forwards fed, summed over them (plain AR: one each)
     prefill_nfe: int = 0
     drafter_nfe: int = 0
     row_steps: int = 0  # sum over rows of the decode steps each row took part in
@@ -23,7 +24,8 @@ class DecodeStats:
     time_draft_s: float = 0.0
     time_verify_s: float = 0.0
     time_accept_s: float = 0.0
-    time_total_s: float = 0.0
+    time_prefill_s: float = 0.0  # prompt prefills, including rows admitted into a running batch
+    time_total_s: float = 0.0  # the whole decode call: prefill, draft, verify, accept and the loop's own work
     time_encode_s: float = 0.0  # the conditioning encoder a pipeline runs before decoding, if any
     # Per row of one decode call, in input order (set by decoders that track rows, when the call ends; empty
     # otherwise). `merge` concatenates them, so a merged run lists every row of every call in call order.
@@ -47,6 +49,11 @@ class DecodeStats:
     def forget_rows(self) -> None:
         """Drop the per-row lists: for a pipeline whose decode rows were not its samples (frames, regions)."""
         self.row_forwards, self.row_committed = [], []
+
+    def count_target_forward(self, width: int) -> None:
+        """One decode-loop target forward that fed `width` tokens per row."""
+        self.target_nfe += 1
+        self.target_width += width
 
     def add(self, name: str, value: float) -> None:
         """Add `value` to the modality counter `name` (see `extra`)."""

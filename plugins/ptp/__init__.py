@@ -244,7 +244,7 @@ class PTPDecoder(SpeculativeDecoder):
             with inject(self.registers, self.target.model, self._embedding, self.target.vocab_size):
                 out = self.target.forward(state, tokens, positions, token_mask=None if bool(needed.all()) else needed,
                                           tree=spec, tree_nodes=torch.arange(nodes))
-            stats.target_nfe += 1
+            stats.count_target_forward(tokens.shape[1])
         return self.logits.probs(out.logits[:, tree.root_and_chain.to(device)]), out
 
     def _keep(self, state, draft, acc):

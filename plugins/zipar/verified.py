@@ -168,7 +168,7 @@ class VerifiedNextSetDecoder:
             with stats.timer("verify", device):
                 logits = self.target.forward(state, tok.to(device), pos.to(device), token_mask=live.to(device),
                                              query_only=query.to(device)).logits
-                stats.target_nfe += 1
+                stats.count_target_forward(width_in)
             with stats.timer("accept", device):
                 probs = self.logits.probs(logits)  # [B, L, V]
                 uniforms = draw_uniform(generator, len(rows), n + 1 + self.height, device)

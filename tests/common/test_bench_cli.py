@@ -53,6 +53,34 @@ def test_bench_runs_the_peer_side_by_side(spec_result):
     assert peer["exact_match_rate_vs_ar"] == 1.0
 
 
+def test_profile_splits_each_step_and_explains_the_speedup(spec_result):
+    from mmspec.common.profile import PHASES, format_profile, step_profile
+
+    prof = step_profile(spec_result)
+    base, acc = prof["baseline"], prof["accelerated"]
+    # a step is one target forward: the phases add up to the decode loop's time (prefill apart)
+    for side, row in ((base, spec_result["baseline"]), (acc, spec_result["accelerated"])):
+        split = row["time_split_s"]
+        assert side["steps"] == row["target_nfe"]
+        assert sum(side["per_step_s"][p] for p in PHASES) * side["steps"] == pytest.approx(
+            split["total"] - split["prefill"], rel=1e-6)
+        assert split["prefill"] > 0
+    assert spec_result["baseline"]["target_width"] == 1.0  # plain AR feeds one token per row
+    drafts = spec_result["config"]["num_draft_tokens"]
+    assert prof["verify_width"] == 1 + drafts  # the last token and the chain's drafts
+    assert base["per_step_s"]["draft"] == 0 and acc["per_step_s"]["draft"] > 0
+    assert prof["drafter"]["per_step"] == spec_result["accelerated"]["drafter_nfe"] / acc["steps"]
+    assert prof["loop_speedup"] == pytest.approx(base["loop_s"] / acc["loop_s"], rel=1e-6)
+    assert prof["forwards_saved"] == base["steps"] / acc["steps"] > 1
+    assert prof["bound"] in PHASES
+    assert prof["extra_per_step_s"][prof["bound"]] == max(prof["extra_per_step_s"].values())
+    text = format_profile(spec_result)
+    assert f"verifying {1 + drafts:.1f} tokens costs" in text and f"most from {prof['bound']}" in text
+    # a row written before the step timers says so instead of inventing a split
+    old = {**spec_result, "baseline": {**spec_result["baseline"], "time_split_s": {"draft": 0.0}}}
+    assert step_profile(old) is None and "no per-step timers" in format_profile(old)
+
+
 def test_bench_sampling_reports_no_exact_match():
     result = run_bench("speculative", num_samples=2, settings={**SMALL, "temperature": 1.0, "top_k": 20},
                        progress=lambda _: None)
@@ -64,6 +92,7 @@ def test_bench_markdown(spec_result, tmp_path):
     write_markdown([spec_result], path, "mmspec bench speculative")
     text = path.read_text()
     assert "| speculative |" in text and "transformers assisted generation" in text
+    assert "## Where the time goes" in text
 
 
 @pytest.mark.parametrize("settings, match", [
@@ -109,6 +138,10 @@ def test_cli_bench_writes_json(tmp_path, capsys):
     assert cli.main(["bench", "speculative", "--num-samples", "1", "--set", "max_new_tokens=8", "--quiet",
                      "--wide"]) == 0
     assert "latency s/sample (AR → plugin)" in capsys.readouterr().out
+    assert cli.main(["bench", "speculative", "--num-samples", "1", "--set", "max_new_tokens=8", "--quiet",
+                     "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "where the time goes: speculative" in out and "bound: a plugin step costs" in out
 
 
 def test_cli_errors_are_clear(capsys):

@@ -35,6 +35,7 @@ class Acceptance:
     num_accepted: torch.Tensor  # [B] long; drafts kept per row (0..K), not counting the extra token
     tokens: torch.Tensor  # [B, K+1] long; kept drafts then the extra token, padded with -1
     path_nodes: torch.Tensor | None = None  # [B, depth+1] long; tree node ids of the kept path incl. root, -1 padded
+    max_accepted: int | None = None  # on the host: num_accepted.max(), once the decoder has read it (else None)
 
     @property
     def next_tokens(self) -> torch.Tensor:

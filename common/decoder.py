@@ -37,8 +37,22 @@ class DecodeStart:
     start_time: float
 
 
+def check_position_budget(target: ARModel, mask: torch.Tensor, max_new_tokens: int) -> None:
+    """Refuse, before any forward, a call whose positions would pass the target's `max_positions`: the last
+    prompt token of a row of length n sits at n - 1 and the decode loop feeds up to n + max_new_tokens - 2."""
+    limit = target.max_positions
+    if limit is None or not mask.shape[0]:
+        return
+    longest = int(mask.sum(1).max())
+    if longest + max_new_tokens - 1 > limit:
+        raise ValueError(f"max_new_tokens ({max_new_tokens}) after a {longest}-token prompt needs positions up to "
+                         f"{longest + max_new_tokens - 2}, but the model takes {limit} positions (0..{limit - 1}): "
+                         f"lower max_new_tokens to at most {limit - longest + 1}")
+
+
 def begin_generation(target: ARModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                     prefill_input: tuple | None, generator, first_rows: int | None = None) -> DecodeStart:
+                     prefill_input: tuple | None, generator, first_rows: int | None = None,
+                     max_new_tokens: int | None = None) -> DecodeStart:
     """Prefill all prompt tokens but the last one: every loop feeds the last prompt token with its first
     forward, so that forward already produces (or verifies) new tokens.
 
@@ -46,6 +60,8 @@ def begin_generation(target: ARModel, input_ids: torch.Tensor, attention_mask: t
     arguments; its last column must be the same tokens as input_ids'. first_rows: prefill only the first
     rows (continuous batching admits the others later with `prefill_rows`); ids and mask keep every row."""
     ids, mask, _ = left_align(input_ids, attention_mask)
+    if max_new_tokens is not None:
+        check_position_budget(target, mask, max_new_tokens)
     batch, device = ids.shape[0], target.device
     ids, mask = ids.to(device), mask.to(device)
     generator = check_generators(generator, batch)
@@ -105,6 +121,9 @@ class GenerationOutput:
     sequences: torch.Tensor  # [B, max_new_tokens] long; generated tokens, padded with pad_token_id
     lengths: torch.Tensor  # [B] long; generated tokens per row (EOS included)
     stats: DecodeStats = field(default_factory=DecodeStats)
+
+    def __post_init__(self) -> None:
+        self.stats.settle()  # the decode loop records its steps lazily; the caller reads settled figures
 
     def tolist(self) -> list[list[int]]:
         return [self.sequences[b, : int(n)].tolist() for b, n in enumerate(self.lengths)]
@@ -182,7 +201,8 @@ class SpeculativeDecoder:
                                  f"but {blocker}")
         limit = max_batch_size if max_batch_size is not None else (total if arrivals is None else 2 ** 62)
         width = min(limit, total)
-        begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator, width)
+        begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator, width,
+                                 max_new_tokens)
         ids, mask, state, generator, stats, start = (begun.ids, begun.mask, begun.state, begun.generator,
                                                      begun.stats, begun.start_time)
         device = self.target.device
@@ -210,11 +230,16 @@ class SpeculativeDecoder:
             with stats.timer("accept", device):
                 self._keep(state, draft, acc)
                 self.target.crop(state, ctx.positions + committed)
+                finished = self._write(out, produced, rows, acc, max_new_tokens)
+                remaining = max_new_tokens - produced[rows]
+                # The step's one host sync: whether rows finished, the longest accepted run (drafters size
+                # their rollback with it) and a lower bound of what the rows still need (sizes the next verify).
+                any_finished, acc.max_accepted, ctx.min_remaining = torch.stack([
+                    finished.any().long(), acc.num_accepted.max(),
+                    remaining.masked_fill(finished, max_new_tokens).min()]).tolist()
                 if self.drafter is not None:
                     self.drafter.commit(ctx, acc, target_probs, verify_output)
-                finished = self._write(out, produced, rows, acc, max_new_tokens)
-                ctx.last_tokens, ctx.positions = acc.next_tokens, ctx.positions + committed
-                ctx.remaining = max_new_tokens - produced[rows]
+                ctx.last_tokens, ctx.positions, ctx.remaining = acc.next_tokens, ctx.positions + committed, remaining
                 if callback is not None:
                     callback(step, {"rows": rows, "tokens": acc.tokens, "num_accepted": acc.num_accepted})
                 if arrivals is not None:
@@ -224,7 +249,7 @@ class SpeculativeDecoder:
                         ids, mask, generator, out, produced, row_forwards, row_committed = self._enlist(
                             arrived, waiting, ids, mask, generator, out, produced, row_forwards, row_committed)
                         stats.num_rows = ids.shape[0]
-                if finished.any():
+                if any_finished:
                     keep = (~finished).nonzero().flatten()
                     rows = rows[keep]
                     self.target.select_rows(state, keep)
@@ -239,7 +264,7 @@ class SpeculativeDecoder:
                                             generator, max_new_tokens, stats)
             step += 1
         stats.tokens = int(produced.sum())
-        stats.row_forwards, stats.row_committed = row_forwards.tolist(), row_committed.tolist()
+        stats.row_forwards, stats.row_committed = torch.stack([row_forwards, row_committed]).tolist()
         stats.time_total_s = time.perf_counter() - start
         return GenerationOutput(sequences=out, lengths=produced, stats=stats)
 
@@ -250,7 +275,7 @@ class SpeculativeDecoder:
                            generator=[generator[i] for i in rows.tolist()] if isinstance(generator, list)
                            else generator,
                            remaining=torch.full((rows.numel(),), max_new_tokens, dtype=torch.long,
-                                                device=rows.device))
+                                                device=rows.device), min_remaining=max_new_tokens)
 
     def _enlist(self, arrived: ArrivingRows, waiting: list, ids, mask, generator, out, produced, row_forwards,
                 row_committed):
@@ -289,7 +314,8 @@ class SpeculativeDecoder:
             last_tokens=torch.cat([ctx.last_tokens, new_ctx.last_tokens]),
             positions=torch.cat([ctx.positions, new_ctx.positions]), num_draft_tokens=self.num_draft_tokens,
             logits=self.logits, generator=ctx.generator + new_ctx.generator if isinstance(generator, list)
-            else generator, remaining=torch.cat([ctx.remaining, new_ctx.remaining]))
+            else generator, remaining=torch.cat([ctx.remaining, new_ctx.remaining]),
+            min_remaining=min(ctx.min_remaining, new_ctx.min_remaining))
         return torch.cat([rows, take]), merged
 
     def _draft(self, ctx: StepContext, stats: DecodeStats) -> Draft:
@@ -320,7 +346,11 @@ class SpeculativeDecoder:
             needed = offsets < ctx.remaining[:, None]
             if draft.lengths is not None:  # a ragged chain: drafts past a row's length are padding
                 needed &= offsets <= draft.lengths.to(offsets.device)[:, None]
-            token_mask = None if bool(needed.all()) else needed
+            # No mask when every row needs every token (known on the host, no sync); an all-True mask would
+            # mean the same, so a conservative bound only costs the mask.
+            all_needed = draft.lengths is None and ctx.min_remaining is not None and \
+                ctx.min_remaining > (tokens.shape[1] - 1 if draft.tree is None else draft.tree.max_depth)
+            token_mask = None if all_needed else needed
             positions = ctx.positions[:, None] + offsets.minimum(ctx.remaining[:, None] - 1)
             hidden = bool(getattr(self.drafter, "needs_hidden", False))
             if draft.tree is None:
@@ -339,20 +369,24 @@ class SpeculativeDecoder:
             self.target.keep(state, acc.path_nodes)
 
     def _write(self, out, produced, rows, acc, max_new_tokens) -> torch.Tensor:
-        """Copy committed tokens into `out`, stopping at EOS or the length limit; returns finished [B_active]."""
-        finished = torch.zeros(rows.numel(), dtype=torch.bool, device=out.device)
-        committed = (acc.num_accepted + 1).tolist()
-        for i, (row, n) in enumerate(zip(rows.tolist(), committed)):
-            new = acc.tokens[i, :n]
-            if self.eos_token_id is not None:
-                eos = (new == self.eos_token_id).nonzero()
-                if eos.numel():
-                    new = new[: int(eos[0]) + 1]
-                    finished[i] = True
-            start = int(produced[row])
-            new = new[: max_new_tokens - start]
-            out[row, start:start + new.numel()] = new
-            produced[row] = start + new.numel()
-            if produced[row] >= max_new_tokens:
-                finished[i] = True
+        """Copy committed tokens into `out`, stopping at EOS or the length limit; returns finished [B_active].
+        Tensor ops only: no per-row Python and no host sync."""
+        width = acc.tokens.shape[1]
+        columns = torch.arange(width, device=out.device)
+        count = acc.num_accepted + 1  # >= 1: an active row always commits a token
+        if self.eos_token_id is not None:
+            is_eos = (acc.tokens == self.eos_token_id) & (columns[None] < count[:, None])
+            first_eos = torch.where(is_eos, columns[None], width).amin(1)
+            count = torch.where(first_eos < width, first_eos + 1, count)
+        start = produced[rows]
+        count = count.minimum(max_new_tokens - start)  # >= 1: an active row has room left
+        # Columns past a row's count rewrite its last committed token in place, so every index written
+        # carries one value and the scatter needs no mask.
+        last = (count - 1)[:, None]
+        column = torch.where(columns[None] < count[:, None], columns[None], last)
+        out.index_put_((rows[:, None].expand(-1, width), start[:, None] + column), acc.tokens.gather(1, column))
+        produced[rows] = start + count
+        finished = produced[rows] >= max_new_tokens
+        if self.eos_token_id is not None:
+            finished |= first_eos < count
         return finished

@@ -26,6 +26,7 @@ class StepContext:
     logits: LogitsPipeline
     generator: object  # None, a torch.Generator, or a list with one per row
     remaining: torch.Tensor | None = None  # [B] long; tokens each row still has to produce (>= 1)
+    min_remaining: int | None = None  # on the host: a lower bound of `remaining` (None: unknown)
 
 
 class Drafter:

@@ -58,6 +58,9 @@ class ARModel:
     vocab_size: int
     device: torch.device
     compact_slack: int = 64
+    # Positions the model can take (None: no limit). Decoders check prompt + max_new_tokens against it once,
+    # before decoding, so the forwards themselves need no check (reading positions back would sync the host).
+    max_positions: int | None = None
 
     # --- subclass hooks -------------------------------------------------
     def new_state(self, batch_size: int) -> DecodeState:
@@ -187,16 +190,23 @@ class ARModel:
         return ids[rows], mask[rows]
 
     def _tidy(self, state: DecodeState) -> None:
-        drop = state.slots.trailing_dead()
+        """Drop slots dead in every row and compact when dead slots pile up. Reading how many there are makes
+        the host wait for the device, so it runs only each time the cache has grown by `compact_slack` slots:
+        dead slots cost attention width, never correctness (they are masked)."""
+        slots = state.slots
+        if slots.num_slots < slots.tidy_at:
+            return
+        drop, max_live = slots.tidy_plan()
         if drop:
-            state.slots.drop_trailing(drop)
+            slots.drop_trailing(drop)
             self._map_kv(state, lambda t: t[:, :, : t.shape[2] - drop])
-        order = state.slots.compaction_index(self.compact_slack)
+        order = slots.compaction_index(max_live, self.compact_slack)
         if order is not None:
             def gather(t):
                 idx = order.to(t.device)[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
                 return t.gather(2, idx)
             self._map_kv(state, gather)
+        slots.tidy_at = slots.num_slots + self.compact_slack
 
 
 def hf_cache_kwarg(module) -> str:
@@ -299,6 +309,7 @@ class CFGModel(ARModel):
         self.guidance_scale = float(guidance_scale)
         self.vocab_size = base.vocab_size
         self.device = base.device
+        self.max_positions = base.max_positions
 
     def token_embeddings(self) -> torch.Tensor:
         return self.base.token_embeddings()

@@ -18,12 +18,39 @@ from __future__ import annotations
 import copy
 import json
 import os
+import time
 from pathlib import Path
 
 from .decoder import Decoder, GenerationOutput, check_max_batch_size
 from .plugin import DecodeRequest
 from .stats import DecodeStats
 from .structure import TokenStructure
+
+class TokenProgress:
+    """Moves a progress bar by the tokens each decode step commits without making the host wait for the
+    device every step: counts stay on the device and are read at most every `interval` seconds (and at
+    `close`). A disabled bar reads nothing."""
+
+    def __init__(self, bar, interval: float = 0.25):
+        self.bar, self.interval = bar, interval
+        self.pending = None
+        self.last = time.monotonic()
+
+    def add(self, num_accepted) -> None:
+        """num_accepted [B]: drafts each row kept this step (it commits one more token)."""
+        if getattr(self.bar, "disable", False):
+            return
+        step = (num_accepted + 1).sum()
+        self.pending = step if self.pending is None else self.pending + step
+        if time.monotonic() - self.last >= self.interval:
+            self.close()
+
+    def close(self) -> None:
+        if self.pending is not None:
+            self.bar.update(int(self.pending))
+            self.pending = None
+        self.last = time.monotonic()
+
 
 PLUGIN_FILE = "mmspec_plugin.json"
 PIPELINE_FILE = "mmspec_pipeline.json"  # which registered pipeline a saved folder holds (`load_saved_pipeline`)

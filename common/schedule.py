@@ -76,7 +76,8 @@ class ScheduledDecoder:
         if max_new_tokens != self.schedule.num_tokens:
             raise ValueError(f"max_new_tokens ({max_new_tokens}) must equal the schedule's "
                              f"{self.schedule.num_tokens} tokens")
-        begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator)
+        begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator,
+                                 max_new_tokens=max_new_tokens)
         ids, mask, state, generator, stats, start = (begun.ids, begun.mask, begun.state, begun.generator,
                                                      begun.stats, begun.start_time)
         batch, device = ids.shape[0], self.target.device

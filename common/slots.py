@@ -28,6 +28,7 @@ class SlotTable:
     live: torch.Tensor  # [B, S] bool; slot holds a token of this row's current sequence
     tree_node: torch.Tensor  # [B, S] long; node id in the pending tree block, -1 when not a pending tree slot
     tree: TreeSpec | None = None  # the pending tree block, until `keep` resolves it
+    tidy_at: int = 0  # slot count at which the adapter next tidies (a host sync; amortised over many steps)
 
     @classmethod
     def empty(cls, batch: int, device) -> "SlotTable":
@@ -142,12 +143,15 @@ class SlotTable:
         self.live = torch.cat([widen(self.live, False), widen(other.live.to(self.live.device), False)])
         self.tree_node = torch.cat([widen(self.tree_node, -1), widen(other.tree_node.to(self.tree_node.device), -1)])
 
-    def trailing_dead(self) -> int:
-        """Number of slots at the end that are dead in every row (safe to drop physically)."""
-        any_live = self.live.any(0)
-        if not any_live.any():
-            return self.num_slots
-        return self.num_slots - 1 - int(any_live.nonzero().max())
+    def tidy_plan(self) -> tuple[int, int]:
+        """(slots at the end that are dead in every row: safe to drop physically, most live slots in a row),
+        read together: one host sync."""
+        if not self.batch_size or not self.num_slots:
+            return self.num_slots, 0
+        index = torch.arange(self.num_slots, device=self.live.device)
+        last_live = torch.where(self.live.any(0), index, -1).max()
+        last_live, max_live = torch.stack([last_live, self.lengths().max()]).tolist()
+        return self.num_slots - 1 - last_live, max_live
 
     def drop_trailing(self, count: int) -> None:
         if count:
@@ -155,12 +159,10 @@ class SlotTable:
             self.positions, self.live, self.tree_node = (
                 self.positions[:, :keep], self.live[:, :keep], self.tree_node[:, :keep])
 
-    def compaction_index(self, slack: int = 64) -> torch.Tensor | None:
-        """[B, S'] gather index moving live slots to the front, or None when not worth it."""
-        if self.tree is not None:
-            return None
-        max_live = int(self.lengths().max()) if self.batch_size else 0
-        if self.num_slots <= max_live + slack:
+    def compaction_index(self, max_live: int, slack: int = 64) -> torch.Tensor | None:
+        """[B, S'] gather index moving live slots to the front, or None when not worth it. max_live: the most
+        live slots of any row (`tidy_plan`)."""
+        if self.tree is not None or self.num_slots <= max_live + slack:
             return None
         order = torch.sort((~self.live).to(torch.int8), dim=1, stable=True).indices[:, :max_live]
         self.positions = self.positions.gather(1, order)

@@ -43,6 +43,7 @@ class DecodeStats:
     @property
     def mean_accepted(self) -> float:
         """Tokens committed per row-step, bonus/correction token included (plain AR = 1.0)."""
+        self.settle()
         total = sum(k * n for k, n in enumerate(self.accepted_hist))
         return total / max(1, sum(self.accepted_hist))
 
@@ -61,23 +62,51 @@ class DecodeStats:
 
     @property
     def acceptance_per_position(self) -> list[float]:
+        self.settle()
         return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
+
+    def __post_init__(self) -> None:
+        self._pending: list[tuple[torch.Tensor, int, torch.Tensor | None]] = []  # steps not yet tallied
 
     def record_step(self, committed: torch.Tensor, num_drafted: int, lengths: torch.Tensor | None = None) -> None:
         """committed: [B] tokens committed per active row this step (accepted drafts + 1); lengths [B]: drafts
-        each row really had (ragged chains), None = num_drafted for every row."""
+        each row really had (ragged chains), None = num_drafted for every row.
+
+        Tallied lazily (`settle`, and whenever a figure is read): reading the tensors each step would make the
+        host wait for the device every step."""
         self.row_steps += committed.numel()
-        width = num_drafted + 2
+        self._pending.append((committed, num_drafted, lengths))
+
+    def settle(self) -> None:
+        """Tally the recorded steps into the histogram and per-position counts: one host sync for all."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        width = max(n for _, n, _ in pending) + 2
         if len(self.accepted_hist) < width:
             self.accepted_hist += [0] * (width - len(self.accepted_hist))
-            self.drafted_per_position += [0] * (num_drafted - len(self.drafted_per_position))
-            self.accepted_per_position += [0] * (num_drafted - len(self.accepted_per_position))
-        counts = torch.bincount(committed.cpu(), minlength=width).tolist()
-        for k, n in enumerate(counts):
-            self.accepted_hist[k] += n
-        for i in range(num_drafted):
-            self.drafted_per_position[i] += committed.numel() if lengths is None else int((lengths > i).sum())
-            self.accepted_per_position[i] += int((committed > i + 1).sum())
+        if len(self.drafted_per_position) < width - 2:
+            grow = width - 2 - len(self.drafted_per_position)
+            self.drafted_per_position += [0] * grow
+            self.accepted_per_position += [0] * grow
+        device = pending[0][0].device
+        position = torch.arange(width - 2, device=device)
+        hist = torch.zeros(width, dtype=torch.long, device=device)
+        drafted = torch.zeros(width - 2, dtype=torch.long, device=device)
+        accepted = torch.zeros(width - 2, dtype=torch.long, device=device)
+        for committed, num_drafted, lengths in pending:
+            committed = committed.to(device)
+            hist += torch.bincount(committed, minlength=width)[:width]
+            has = (position[None] < (num_drafted if lengths is None else lengths.to(device)[:, None]))
+            has = has.expand(committed.numel(), -1)
+            drafted += has.sum(0)
+            accepted += (committed[:, None] > position[None] + 1).sum(0)
+        read = torch.cat([hist, drafted, accepted]).tolist()  # one read for the three tallies
+        for name, counts in (("accepted_hist", read[:width]), ("drafted_per_position", read[width:2 * width - 2]),
+                             ("accepted_per_position", read[2 * width - 2:])):
+            totals = getattr(self, name)
+            for i, n in enumerate(counts):
+                totals[i] += n
 
     @contextmanager
     def timer(self, phase: str, device=None):
@@ -95,12 +124,15 @@ class DecodeStats:
             setattr(self, name, getattr(self, name) + time.perf_counter() - start)
 
     def to_dict(self) -> dict:
+        self.settle()
         out = asdict(self)
         out.update(nfe_per_sample=self.nfe_per_sample, mean_accepted=self.mean_accepted,
                    acceptance_per_position=self.acceptance_per_position)
         return out
 
     def merge(self, other: "DecodeStats") -> "DecodeStats":
+        self.settle()
+        other.settle()
         merged = DecodeStats()
         for name, value in asdict(self).items():
             theirs = getattr(other, name)

@@ -242,9 +242,6 @@ class Florence2AR(EncoderDecoderRows, ARModel):
 
     def _run(self, state, tokens, positions, mask4d, output_hidden):
         positions = positions.to(self.device)
-        if int(positions.max()) >= self.max_positions:
-            raise ValueError(f"decoder position {int(positions.max())} beyond Florence-2's "
-                             f"max_position_embeddings {self.max_positions}: lower max_new_tokens")
         pos_embed = self.decoder.embed_positions
         # Called as a plain embedding: the module's own forward adds a leading axis to given position_ids.
         hidden = self.decoder.embed_tokens(tokens.to(self.device)) + torch.nn.functional.embedding(

@@ -226,9 +226,6 @@ class ASRDecoderAdapter(ARModel):
                            slots=SlotTable.empty(batch_size, self.device), extra=extra)
 
     def _run(self, state, tokens, positions, mask4d, output_hidden):
-        if int(positions.max()) >= self.max_positions:
-            raise ValueError(f"decoder position {int(positions.max())} beyond max_text_positions "
-                             f"{self.max_positions}: lower max_new_tokens")
         logits, hidden = self.model.decode(tokens.to(self.device), positions.to(self.device),
                                            state.extra["cross_kv"], state.extra["cross_mask"],
                                            mask4d.to(self.device), state.cache)

@@ -106,7 +106,9 @@ class LlamaGenModel(ModelMixin, ConfigMixin):
         """tokens, positions [B, L]; mask: additive [B, 1, L, S+L] or None for causal; caches: per-layer [k, v]."""
         if positions is None:
             positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
-        if int(positions.max()) >= self.rope_cos.shape[0]:
+        # Decoders check their position budget once (`ARModel.max_positions`); reading positions back here on
+        # every cached decode step would make the host wait for the device.
+        if caches is None and int(positions.max()) >= self.rope_cos.shape[0]:
             raise ValueError(f"position {int(positions.max())} is beyond the {self.config.block_size}-token grid "
                              "plus the class token")
         cos, sin = self.rope_cos[positions], self.rope_sin[positions]
@@ -126,6 +128,7 @@ class LlamaGenAdapter(ARModel):
         self.vocab_size = model.config.vocab_size
         self.device = next(model.parameters()).device
         self.compact_slack = compact_slack
+        self.max_positions = model.rope_cos.shape[0]  # the grid plus the class token
 
     def mask_dtype(self):
         return next(self.model.parameters()).dtype

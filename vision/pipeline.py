@@ -32,7 +32,7 @@ from einops import rearrange
 
 from mmspec.common.logits import LogitsPipeline, check_generators
 from mmspec.common.model import ARModel, CFGModel
-from mmspec.common.pipeline import Pipeline
+from mmspec.common.pipeline import Pipeline, TokenProgress
 from mmspec.common.plugin import DecodeRequest
 from mmspec.common.stats import DecodeStats
 from mmspec.common.structure import CodeGrid
@@ -274,13 +274,17 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
         request = DecodeRequest(target, logits, self.code_structure(grid))
         total = grid[0] * grid[1]
         with self.progress_bar(total=total * input_ids.shape[0]) as bar:
+            progress = TokenProgress(bar)
+
             def on_step(step, info):
-                bar.update(int((info["num_accepted"] + 1).sum()))
+                progress.add(info["num_accepted"])
                 if callback is not None:
                     callback(self, step, None, {k: info[k] for k in tensor_inputs})
 
-            return self.run_decoder(request, input_ids, attention_mask, max_new_tokens=total, generator=generator,
-                                    prefill_input=prefill, callback=on_step, max_batch_size=max_batch_size)
+            out = self.run_decoder(request, input_ids, attention_mask, max_new_tokens=total, generator=generator,
+                                   prefill_input=prefill, callback=on_step, max_batch_size=max_batch_size)
+            progress.close()
+            return out
 
     @torch.no_grad()
     def decode_tokens(self, codes: torch.Tensor, grid: tuple[int, int] | None = None) -> torch.Tensor:

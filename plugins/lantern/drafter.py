@@ -251,7 +251,7 @@ class EagleDrafter(Drafter):
         self.bound.crop(self.state, self._rows(ctx.positions))
         num = acceptance.num_accepted
         b = num.shape[0]
-        n = int(num.max()) + 1
+        n = (int(num.max()) if acceptance.max_accepted is None else acceptance.max_accepted) + 1
         device = num.device
         if acceptance.path_nodes is not None:
             nodes = acceptance.path_nodes[:, :n]

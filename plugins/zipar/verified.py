@@ -128,7 +128,8 @@ class VerifiedNextSetDecoder:
         n = self.height * self.width
         if max_new_tokens != n:
             raise ValueError(f"max_new_tokens ({max_new_tokens}) must equal the {self.height}×{self.width} grid")
-        begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator)
+        begun = begin_generation(self.target, input_ids, attention_mask, prefill_input, generator,
+                                 max_new_tokens=max_new_tokens)
         ids, mask, state, generator, stats, start_time = (begun.ids, begun.mask, begun.state, begun.generator,
                                                           begun.stats, begun.start_time)
         batch, device = ids.shape[0], self.target.device

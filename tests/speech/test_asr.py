@@ -6,6 +6,7 @@ import pytest
 import soundfile
 import torch
 
+from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.speech.asr_model import ASRDecoderAdapter
 from mmspec.speech.data import closed_vocabulary_sentences, load_test_set, split_sentences
 from mmspec.speech.metrics import error_counts, error_rates, inverse_real_time_factor
@@ -81,8 +82,13 @@ def test_cached_decoder_matches_a_full_forward(test_rows):
         adapter.select_rows(state, torch.tensor([2, 0]))
         nxt = adapter.forward(state, tokens[[2, 0], :1], torch.full((2, 1), 9)).logits
         assert nxt.shape == (2, 1, 31)
-    with pytest.raises(ValueError, match="max_text_positions"):
-        adapter.forward(state, tokens[[2, 0], :1], torch.full((2, 1), 300))
+        # A decode call that would pass max_text_positions is refused before its first forward.
+        limit = adapter.max_positions
+        assert limit == model.config.max_text_positions
+        decoder = SpeculativeDecoder(ASRDecoderAdapter(model, enc))
+        with pytest.raises(ValueError, match=f"lower max_new_tokens to at most {limit - 2}$"):
+            decoder.generate(tokens[:, :3], max_new_tokens=limit)
+        assert decoder.generate(tokens[:, :3], max_new_tokens=2).sequences.shape == (3, 2)
 
 
 def test_pipeline_accepts_every_input_form_and_agrees(tmp_path, test_rows):

@@ -105,20 +105,10 @@ class SpeculativeSampling(AcceptRule):
         return Acceptance(num, tokens)
 
 
-def _child_table(tree: TreeSpec, device) -> torch.Tensor:
-    """[N+1, C] children of each node in rank order, -1 padded."""
-    kids = [tree.children(i) for i in range(tree.num_nodes + 1)]
-    width = max(1, max(len(k) for k in kids))
-    table = torch.full((len(kids), width), -1, dtype=torch.long)
-    for i, k in enumerate(kids):
-        k = sorted(k, key=lambda c: int(tree.rank[c]))
-        table[i, : len(k)] = torch.tensor(k, dtype=torch.long)
-    return table.to(device)
-
-
 def tree_accept(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor | None, greedy: bool,
                 relax=None) -> Acceptance:
-    """Walk a static draft tree from the root, one depth at a time, for all rows at once.
+    """Accept the longest path of a static draft tree, for all rows at once, with tensor ops only (no host
+    reads: nothing here waits for the device).
 
     Greedy: descend into the child equal to the target argmax. Sampling: the
     children are deterministic proposals, tried in rank order; child x is kept
@@ -132,12 +122,60 @@ def tree_accept(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor
     padded): a relaxed test (LANTERN). Child x is then kept with probability relaxed(x) under the
     current residual, and a rejection removes x and the tokens merged into it; greedy keeps x when its
     relaxed probability reaches the target's maximum.
+
+    Greedy tests every node at once (a node's test depends only on its parent's distribution), so its cost
+    does not grow with the tree's depth; sampling walks the levels, because a rejected sibling changes the
+    residual the next sibling is tested against.
     """
-    tree = draft.tree
-    batch, device = draft.tokens.shape[0], draft.tokens.device
+    if greedy:
+        return _tree_accept_greedy(draft, target_probs, relax)
+    return _tree_accept_sampled(draft, target_probs, uniforms, relax)
+
+
+def _tree_accept_greedy(draft: Draft, target_probs: torch.Tensor, relax) -> Acceptance:
+    device = draft.tokens.device
+    tree = draft.tree.on(device)
+    batch, n = draft.tokens.shape
+    nodes = n + 1
+    parent = tree.parent.clamp(min=0)
+    at_parent = target_probs[:, parent[1:]]  # [B, N, V]: the distribution each draft node is tested against
+    tok = draft.tokens
+    best = at_parent.amax(-1)
+    if relax is None:
+        ok = tok == at_parent.argmax(-1)
+    else:
+        flat = at_parent.reshape(batch * n, -1)
+        mass = flat.sum(-1, keepdim=True).clamp_min(torch.finfo(flat.dtype).tiny)
+        relaxed, _ = relax(flat / mass, tok.reshape(-1))
+        p_tok = at_parent.gather(2, tok[..., None]).squeeze(2)
+        ok = (relaxed.view(batch, n) * mass.view(batch, n) >= best) & (p_tok > 0)
+    ok = torch.cat([torch.ones(batch, 1, dtype=torch.bool, device=device), ok], 1)  # the root is always kept
+    # A node is taken when it passes, no earlier-ranked sibling passed, and every ancestor was taken.
+    earlier_passed = (ok.float() @ tree.earlier_sibling.T.float()) > 0
+    taken = ok & ~earlier_passed
+    on_path = (taken.float() @ tree.ancestor_mask.T.float()) == (tree.depth + 1).float()
+    # The deepest node on the path (one per depth: siblings exclude each other).
+    score = torch.where(on_path, tree.depth[None] * nodes + torch.arange(nodes, device=device)[None], -1)
+    last = score.argmax(1)  # [B]
+    num = tree.depth[last]
+    path = tree.path_table[last]  # [B, D+1] the kept nodes by depth, -1 past the last
+    node_tokens = torch.cat([torch.full((batch, 1), -1, dtype=torch.long, device=device), tok], 1)
+    tokens = node_tokens.gather(1, path[:, 1:].clamp(min=0))  # [B, D]: kept drafts
+    extra = target_probs[torch.arange(batch, device=device), last].argmax(-1)
+    width = tree.max_depth + 1
+    columns = torch.arange(width, device=device)[None]
+    tokens = torch.cat([tokens, tokens.new_zeros(batch, 1)], 1)
+    tokens = torch.where(columns < num[:, None], tokens, torch.where(columns == num[:, None], extra[:, None], -1))
+    return Acceptance(num, tokens, path_nodes=path)
+
+
+def _tree_accept_sampled(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor, relax) -> Acceptance:
+    device = draft.tokens.device
+    tree = draft.tree.on(device)
+    batch = draft.tokens.shape[0]
     rows = torch.arange(batch, device=device)
     node_tokens = torch.cat([torch.full((batch, 1), -1, device=device, dtype=torch.long), draft.tokens], 1)
-    children = _child_table(tree, device)
+    children = tree.child_table
     depth = tree.max_depth
     node = torch.zeros(batch, dtype=torch.long, device=device)
     active = torch.ones(batch, dtype=torch.bool, device=device)
@@ -145,47 +183,43 @@ def tree_accept(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor
     tokens = torch.full((batch, depth + 1), -1, dtype=torch.long, device=device)
     path = torch.full((batch, depth + 1), -1, dtype=torch.long, device=device)
     path[:, 0] = 0
-    for d in range(depth + 1):
+
+    def put(table: torch.Tensor, column: torch.Tensor, value: torch.Tensor, where_: torch.Tensor) -> None:
+        """table[b, column[b]] = value[b] where where_[b], in place, without a boolean index."""
+        old = table.gather(1, column[:, None]).squeeze(1)
+        table.scatter_(1, column[:, None], torch.where(where_, value, old)[:, None])
+
+    for level in range(depth + 1):
         p = target_probs[rows, node].clone()  # [B, V] residual at the current node
-        target_arg = p.argmax(-1)
         chosen = torch.full_like(node, -1)
-        for c in range(children.shape[1]):
+        for c in range(tree.level_fan_out[level]):  # rows sit at this depth: no node here has more children
             cand = children[node, c]
             open_ = active & (cand >= 0) & (chosen < 0)
-            tok = node_tokens[rows, cand.clamp(min=0)]
-            p_tok = p[rows, tok.clamp(min=0)]
-            if relax is not None:
-                mass = p.sum(-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny)
-                relaxed, merged = relax(p / mass, tok.clamp(min=0))
-            if greedy:
-                ok = tok == target_arg if relax is None else (relaxed * mass[:, 0] >= p.amax(-1)) & (p_tok > 0)
+            tok = node_tokens[rows, cand.clamp(min=0)].clamp(min=0)
+            p_tok = p.gather(1, tok[:, None]).squeeze(1)
+            mass = p.sum(-1)
+            if relax is None:
+                test = p_tok
             else:
-                mass = p.sum(-1)
-                test = p_tok if relax is None else relaxed * mass
-                ok = uniforms[rows, cand.clamp(min=0)] * mass <= test
-                if relax is not None:
-                    ok &= p_tok > 0
-                reject = open_ & ~ok
-                p[rows[reject], tok[reject]] = 0.0
-                if relax is not None:
-                    drop = reject[:, None] & (merged >= 0)
-                    p[rows[:, None].expand_as(merged)[drop], merged[drop]] = 0.0
+                relaxed, merged = relax(p / mass.clamp_min(torch.finfo(p.dtype).tiny)[:, None], tok)
+                test = relaxed * mass
+            ok = uniforms[rows, cand.clamp(min=0)] * mass <= test
+            if relax is not None:
+                ok &= p_tok > 0
+            reject = open_ & ~ok
+            keep = torch.ones_like(p).scatter_(1, tok[:, None], (~reject).to(p.dtype)[:, None])
+            if relax is not None:  # the tokens merged into a rejected x leave the residual with it
+                drop = reject[:, None] & (merged >= 0)
+                keep = keep.scatter_reduce(1, merged.clamp(min=0), (~drop).to(p.dtype), reduce="prod")
+            p = p * keep
             chosen = torch.where(open_ & ok, cand, chosen)
         descend = active & (chosen >= 0)
         finish = active & (chosen < 0)
-        if finish.any():
-            if greedy:
-                extra = target_arg
-            else:
-                extra = sample_inverse_cdf(p, uniforms[:, -1])
-            tokens[rows[finish], num[finish]] = extra[finish]
-            active &= ~finish
-        if descend.any():
-            tokens[rows[descend], num[descend]] = node_tokens[rows[descend], chosen[descend]]
-            num = num + descend.long()
-            path[rows[descend], num[descend]] = chosen[descend]
-            node = torch.where(descend, chosen, node)
-        if not active.any():
-            break
+        extra = sample_inverse_cdf(p, uniforms[:, -1])
+        put(tokens, num, extra, finish)
+        active = active & ~finish
+        put(tokens, num, node_tokens.gather(1, chosen.clamp(min=0)[:, None]).squeeze(1), descend)
+        num = num + descend.long()
+        put(path, num, chosen, descend)
+        node = torch.where(descend, chosen, node)
     return Acceptance(num, tokens, path_nodes=path)
-

@@ -115,27 +115,28 @@ class DraftModelDrafter(Drafter):
                      forwards=k)
 
     def _propose_tree(self, ctx):
-        """Children of a node are its draft distribution's top-ranked tokens (deterministic proposals)."""
+        """Children of a node are its draft distribution's top-ranked tokens (deterministic proposals); one
+        draft forward per tree level, the tree's shape read from host-side tables (no device reads)."""
         tree = self.tree
-        batch = ctx.last_tokens.shape[0]
-        node_tokens = torch.full((batch, tree.num_nodes + 1), -1, dtype=torch.long, device=ctx.last_tokens.device)
+        batch, device = ctx.last_tokens.shape[0], ctx.last_tokens.device
+        fan_out = tree.child_table.shape[1]  # the most children any node has: the top-k each node needs
+        node_tokens = torch.full((batch, tree.num_nodes + 1), -1, dtype=torch.long, device=device)
         node_tokens[:, 0] = ctx.last_tokens
-        logits_by_node = {0: self._feed_root(ctx, tree)}
+        top = torch.zeros(batch, tree.num_nodes + 1, fan_out, dtype=torch.long, device=device)
+        top[:, 0] = ctx.logits.process(self._feed_root(ctx, tree)).topk(fan_out, -1).indices
         forwards = 1
         for d in range(1, tree.max_depth + 1):
-            level = tree.nodes_at_depth(d)
-            for node in level:
-                parent = int(tree.parent[node])
-                ranked = ctx.logits.process(logits_by_node[parent]).argsort(-1, descending=True)
-                node_tokens[:, node] = ranked[:, int(tree.rank[node])]
+            level = torch.tensor(tree.levels[d], device=device)
+            parents = torch.tensor([tree.parents[n] for n in tree.levels[d]], device=device)
+            ranks = torch.tensor([tree.ranks[n] for n in tree.levels[d]], device=device)
+            node_tokens[:, level] = top[:, parents, ranks]
             if d == tree.max_depth:
                 break
-            nodes = torch.tensor(level)
-            positions = (ctx.positions[:, None] + d).expand(-1, len(level))
-            out = self.model.forward(self.state, node_tokens[:, nodes], positions, tree=tree, tree_nodes=nodes)
+            positions = (ctx.positions[:, None] + d).expand(-1, level.numel())
+            out = self.model.forward(self.state, node_tokens[:, level], positions, tree=tree,
+                                     tree_nodes=torch.tensor(tree.levels[d]))
             forwards += 1
-            for j, node in enumerate(level):
-                logits_by_node[node] = out.logits[:, j]
+            top[:, level] = ctx.logits.process(out.logits).topk(fan_out, -1).indices
         return Draft(tokens=node_tokens[:, 1:], probs=None, tree=tree, forwards=forwards)
 
     def commit(self, ctx, acceptance, target_probs=None, output=None):

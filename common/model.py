@@ -189,12 +189,16 @@ class ARModel:
         ids, mask = prefill_input[:2]
         return ids[rows], mask[rows]
 
+    TIDY_EVERY = 16  # rollbacks between tidies: a decode step crops (and keeps a tree path) once or twice
+
     def _tidy(self, state: DecodeState) -> None:
         """Drop slots dead in every row and compact when dead slots pile up. Reading how many there are makes
-        the host wait for the device, so it runs only each time the cache has grown by `compact_slack` slots:
-        dead slots cost attention width, never correctness (they are masked)."""
+        the host wait for the device, so it runs only after `TIDY_EVERY` rollbacks (every eight steps or so)
+        and once the cache has grown by twice `compact_slack` slots: dead slots cost attention width, never
+        correctness (they are masked), and a tree step appends all its nodes, of which a few stay live."""
         slots = state.slots
-        if slots.num_slots < slots.tidy_at:
+        slots.tidy_wait -= 1
+        if slots.num_slots < slots.tidy_at or slots.tidy_wait > 0:
             return
         drop, max_live = slots.tidy_plan()
         if drop:
@@ -206,7 +210,7 @@ class ARModel:
                 idx = order.to(t.device)[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
                 return t.gather(2, idx)
             self._map_kv(state, gather)
-        slots.tidy_at = slots.num_slots + self.compact_slack
+        slots.tidy_at, slots.tidy_wait = slots.num_slots + 2 * self.compact_slack, self.TIDY_EVERY
 
 
 def hf_cache_kwarg(module) -> str:

@@ -28,7 +28,8 @@ class SlotTable:
     live: torch.Tensor  # [B, S] bool; slot holds a token of this row's current sequence
     tree_node: torch.Tensor  # [B, S] long; node id in the pending tree block, -1 when not a pending tree slot
     tree: TreeSpec | None = None  # the pending tree block, until `keep` resolves it
-    tidy_at: int = 0  # slot count at which the adapter next tidies (a host sync; amortised over many steps)
+    tidy_at: int = 0  # slot count from which the adapter tidies again (a host sync; amortised over many steps)
+    tidy_wait: int = 0  # rollbacks (crop / keep) to let pass before the next tidy
 
     @classmethod
     def empty(cls, batch: int, device) -> "SlotTable":

@@ -8,6 +8,7 @@ second-best child. Node 0 is the root (the last committed token); nodes
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -21,6 +22,16 @@ class TreeSpec:
     ancestor_mask: torch.Tensor = field(repr=False)  # [N+1, N+1] bool; [i, j] = j is i or an ancestor of i
     retrieve_paths: torch.Tensor = field(repr=False)  # [num_leaves, max_depth+1] long; root-to-leaf node ids, -1 padded
     rank: torch.Tensor = field(repr=False)  # [N+1] long; child rank of each node among its siblings, -1 for the root
+    # Host-side copies and derived tables, so drafting and acceptance never read the tree back from a device.
+    parents: tuple[int, ...] = field(repr=False, default=())  # parent[i] as ints
+    ranks: tuple[int, ...] = field(repr=False, default=())  # rank[i] as ints
+    levels: tuple[tuple[int, ...], ...] = field(repr=False, default=())  # node ids at each depth 0..max_depth
+    level_fan_out: tuple[int, ...] = field(repr=False, default=())  # the most children of a node at each depth
+    child_table: torch.Tensor = field(repr=False, default=None)  # [N+1, C] long; children in rank order, -1 padded
+    path_table: torch.Tensor = field(repr=False, default=None)  # [N+1, D+1] long; [i, d] = i's ancestor at depth d
+    earlier_sibling: torch.Tensor = field(repr=False, default=None)  # [N+1, N+1] bool; [i, j] = j is a sibling
+    #                                                                  of i ranked before it
+    _device_copies: dict = field(repr=False, default_factory=dict, compare=False)
 
     @classmethod
     def from_paths(cls, paths) -> "TreeSpec":
@@ -55,7 +66,22 @@ class TreeSpec:
         for row, leaf in enumerate(leaves):
             chain = ancestor[leaf].nonzero().flatten()  # ancestors sorted by id, hence by depth
             retrieve[row, : len(chain)] = chain
-        return cls(tuple(ordered), parent, depth, ancestor, retrieve, rank)
+        parents, ranks = tuple(parent.tolist()), tuple(rank.tolist())
+        levels = tuple(tuple(i for i in range(n) if int(depth[i]) == d) for d in range(max_depth + 1))
+        kids = [sorted((c for c in range(1, n) if parents[c] == i), key=lambda c: ranks[c]) for i in range(n)]
+        child_table = torch.full((n, max(1, max(len(k) for k in kids))), -1, dtype=torch.long)
+        for i, k in enumerate(kids):
+            child_table[i, : len(k)] = torch.tensor(k, dtype=torch.long)
+        path_table = torch.full((n, max_depth + 1), -1, dtype=torch.long)
+        for i in range(n):
+            for j in ancestor[i].nonzero().flatten().tolist():
+                path_table[i, int(depth[j])] = j
+        earlier = (parent[:, None] == parent[None, :]) & (rank[None, :] < rank[:, None])
+        earlier[0] = False
+        earlier[:, 0] = False
+        fan_out = tuple(max(len(kids[i]) for i in level) for level in levels)
+        return cls(tuple(ordered), parent, depth, ancestor, retrieve, rank, parents, ranks, levels, fan_out,
+                   child_table, path_table, earlier)
 
     @classmethod
     def chain(cls, length: int) -> "TreeSpec":
@@ -81,13 +107,27 @@ class TreeSpec:
 
     @property
     def max_depth(self) -> int:
-        return int(self.depth.max())
+        return len(self.levels) - 1
 
     def children(self, node: int) -> list[int]:
-        return (self.parent == node).nonzero().flatten().tolist()
+        """The node's children in rank order."""
+        return [c for c in self.child_table[node].tolist() if c >= 0]
 
     def nodes_at_depth(self, d: int) -> list[int]:
-        return (self.depth == d).nonzero().flatten().tolist()
+        return list(self.levels[d])
+
+    def on(self, device) -> "TreeSpec":
+        """This tree with its tensors on `device` (copied once per device, then reused)."""
+        device = torch.device(device)
+        if self.depth.device == device:
+            return self
+        key = str(device)
+        if key not in self._device_copies:
+            moved = {name: getattr(self, name).to(device) for name in
+                     ("parent", "depth", "ancestor_mask", "retrieve_paths", "rank", "child_table", "path_table",
+                      "earlier_sibling")}
+            self._device_copies[key] = dataclasses.replace(self, **moved, _device_copies={})
+        return self._device_copies[key]
 
 
 def parse_branching(text, field: str = "tree_branching") -> TreeSpec | None:

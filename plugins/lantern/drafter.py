@@ -221,26 +221,31 @@ class EagleDrafter(Drafter):
                      forwards=k)
 
     def _propose_tree(self, ctx: StepContext, root: torch.Tensor) -> Draft:
+        """One head forward per tree level (all of the level's nodes at once); a node's children are its draft
+        distribution's top-ranked tokens. The tree's shape is read from host-side tables: no device reads."""
         tree, b = self.tree, ctx.last_tokens.shape[0]
-        node_tokens = torch.full((b, tree.num_nodes + 1), -1, dtype=torch.long, device=ctx.last_tokens.device)
+        device = ctx.last_tokens.device
+        fan_out = tree.child_table.shape[1]  # the most children any node has: the top-k each node needs
+        node_tokens = torch.full((b, tree.num_nodes + 1), -1, dtype=torch.long, device=device)
         node_tokens[:, 0] = ctx.last_tokens
-        features = {0: root[:, 0]}
-        ranked = {0: ctx.logits.process(self._draft_logits(root)[:, 0]).argsort(-1, descending=True)}
+        features = root.new_zeros(root.shape[0], tree.num_nodes + 1, root.shape[-1])  # 2B rows with guidance
+        features[:, 0] = root[:, 0]
+        top = torch.zeros(b, tree.num_nodes + 1, fan_out, dtype=torch.long, device=device)
+        top[:, 0] = ctx.logits.process(self._draft_logits(root)[:, 0]).topk(fan_out, -1).indices
         forwards = 1
         for d in range(1, tree.max_depth + 1):
-            level = tree.nodes_at_depth(d)
-            for node in level:
-                node_tokens[:, node] = ranked[int(tree.parent[node])][:, int(tree.rank[node])]
+            level = torch.tensor(tree.levels[d], device=device)
+            parents = torch.tensor([tree.parents[n] for n in tree.levels[d]], device=device)
+            ranks = torch.tensor([tree.ranks[n] for n in tree.levels[d]], device=device)
+            node_tokens[:, level] = top[:, parents, ranks]
             if d == tree.max_depth:
                 break
-            parents = torch.stack([features[int(tree.parent[n])] for n in level], 1)
-            pos = (ctx.positions[:, None] + d - 1).expand(-1, len(level))
-            out = self.bound.run(self.state, self._rows(node_tokens[:, level]), parents, self._rows(pos),
-                                 tree=tree, tree_nodes=torch.tensor(level))
+            pos = (ctx.positions[:, None] + d - 1).expand(-1, level.numel())
+            out = self.bound.run(self.state, self._rows(node_tokens[:, level]), features[:, parents], self._rows(pos),
+                                 tree=tree, tree_nodes=torch.tensor(tree.levels[d]))
             forwards += 1
-            order = ctx.logits.process(self._draft_logits(out)).argsort(-1, descending=True)
-            for j, node in enumerate(level):
-                features[node], ranked[node] = out[:, j], order[:, j]
+            features[:, level] = out.to(features.dtype)
+            top[:, level] = ctx.logits.process(self._draft_logits(out)).topk(fan_out, -1).indices
         return Draft(tokens=node_tokens[:, 1:], probs=None, tree=tree, forwards=forwards)
 
     def commit(self, ctx: StepContext, acceptance: Acceptance, target_probs=None, output=None):

@@ -95,8 +95,25 @@ def _exact_match(a: list[list[int]], b: list[list[int]]) -> float:
     return sum(x == y for x, y in zip(a, b)) / max(1, len(a))
 
 
+DTYPES = ("float32", "bfloat16")
+
+
+def cast_pipeline(pipeline, dtype: str) -> None:
+    """Run the pipeline's models in `dtype` (one of DTYPES), or say in one line why it cannot."""
+    if dtype == "float32":
+        return
+    to = getattr(pipeline, "to", None)
+    if to is None:
+        raise ValueError(f"dtype={dtype!r}: {type(pipeline).__name__} cannot cast its models (it has no "
+                         ".to(dtype)); use dtype='float32'")
+    to(getattr(torch, dtype))
+
+
 def run_bench(plugin: str, model: str | None = None, num_samples: int | None = None, batch_size: int = 1,
-              seed: int = 0, device: str = "cpu", settings: dict | None = None, progress=print) -> dict:
+              seed: int = 0, device: str = "cpu", settings: dict | None = None, progress=print,
+              dtype: str = "float32") -> dict:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if num_samples is not None and num_samples < 1:
@@ -108,6 +125,7 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
     pipeline = plugin_cls.default_pipeline(model=model, device=device)
     call, config = split_settings(pipeline, plugin_cls, settings or {}, bench=True)
     accelerated = plugin_cls(**config)
+    cast_pipeline(pipeline, dtype)
     num_samples = num_samples or pipeline.bench_num_samples
     inputs = pipeline.bench_inputs(num_samples, seed)
     greedy = call.get("temperature", 0.0) == 0
@@ -135,6 +153,7 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
         "pipeline": pipeline.pipeline_name,
         "model": pipeline.model_name or model,
         "device": device,
+        "dtype": dtype,
         "num_samples": num_samples,
         "batch_size": batch_size,
         "seed": seed,
@@ -268,7 +287,9 @@ def plugin_rows(results: list[dict]) -> list[dict]:
     return [r for r in results if r.get("kind", "plugin") == "plugin"]
 
 
-def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
+def write_markdown(results: list[dict], path: str | Path, command: str, gpu_report: str | Path | None = None) -> None:
+    """BENCHMARKS.md from bench rows. gpu_report: what `examples/gpu_bench.py` wrote (default: a
+    benchmarks_gpu.json beside `path`, if there is one), rendered as its "On a GPU" section."""
     from .bench_refill import REFILL_INTRO, format_refill_table
 
     refills = [r for r in results if r.get("kind") == "refill"]
@@ -297,6 +318,11 @@ def write_markdown(results: list[dict], path: str | Path, command: str) -> None:
     profile = format_profile_table(results)
     if profile:
         text += ["## Where the time goes", "", PROFILE_INTRO, "", profile, ""]
+    gpu_path = Path(gpu_report) if gpu_report is not None else Path(path).with_name("benchmarks_gpu.json")
+    if gpu_path.exists():
+        from .gpu_report import format_gpu_section
+
+        text += ["## On a GPU", "", format_gpu_section(json.loads(gpu_path.read_text())), ""]
     text += ["## Acceptance per draft position", ""]
     for r in results:
         acc = r["accelerated"]["acceptance_per_position"]

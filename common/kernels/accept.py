@@ -58,8 +58,10 @@ def _validate_lengths(lengths: torch.Tensor | None, B: int, K: int, device) -> N
     _check_int("lengths", lengths)
     if lengths.device != device:
         raise ValueError(f"lengths must be on {device}, got {lengths.device}")
-    if B and (int(lengths.min()) < 0 or int(lengths.max()) > K):
-        raise ValueError(f"lengths must be in [0, K={K}], got values in [{int(lengths.min())}, {int(lengths.max())}]")
+    if B:
+        low, high = torch.stack([lengths.min(), lengths.max()]).tolist()  # one host read for both bounds
+        if low < 0 or high > K:
+            raise ValueError(f"lengths must be in [0, K={K}], got values in [{low}, {high}]")
 
 
 def _validate_greedy(draft_tokens: torch.Tensor, target_argmax: torch.Tensor) -> None:

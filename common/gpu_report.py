@@ -1,0 +1,47 @@
+"""The "On a GPU" section of BENCHMARKS.md, rendered from what `examples/gpu_bench.py` wrote
+(`benchmarks_gpu.json`): plugins at batch 1 and 8, native kernels against their torch references, host
+synchronisations as CUDA counts them, compiled vs eager."""
+
+from __future__ import annotations
+
+
+def _plugin_line(r: dict) -> str:
+    head = f"| {r['plugin']} | {r['batch_size']} | {r['num_samples']} |"
+    if "error" in r:
+        return f"{head} failed: {r['error'][:160]} | | | | | |"
+    if "skipped" in r:
+        return f"{head} skipped: {r['skipped']} | | | | | |"
+    exact = "—" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.2f}"
+    steps = "—" if r["ms_per_step"] is None else f"{r['ms_per_step'][0]:.2f} → {r['ms_per_step'][1]:.2f}"
+    compression = "—" if r["step_compression"] is None else f"{r['step_compression']:.2f}×"
+    return (f"{head} {r['speedup']:.2f}× | {compression} | {r['mean_accepted']:.2f} | {exact} | {steps} | "
+            f"{r['bound'] or '—'} |")
+
+
+def _kernel_line(k: dict) -> str:
+    torch_us = f"{k['torch_s'] * 1e6:.1f}" if "torch_s" in k else "—"
+    if "error" in k or "skipped" in k:
+        return f"| {k['kernel']} | {torch_us} | {k.get('error') or k['skipped']} | |"
+    return f"| {k['kernel']} | {torch_us} | {k['triton_s'] * 1e6:.1f} | {'yes' if k['agree'] else 'NO'} |"
+
+
+def format_gpu_section(report: dict) -> str:
+    env = report["environment"]
+    where = env["gpu"] or "a CPU (a smoke run: its sizes and times mean nothing)"
+    lines = [f"Written by `{report['command']}` on {where}, torch {env['torch']}, {report['dtype']}; "
+             f"{report['seconds']:.0f} s in all. Few samples per row (the run must fit 8 minutes): read speed-ups, "
+             "not quality.", "",
+             "| plugin | batch | samples | speed-up | step compr. | mean accepted | exact match | "
+             "ms/step AR → plugin | bound |", "|" + "---|" * 9]
+    lines += [_plugin_line(r) for r in report["plugins"]]
+    lines += ["", "| kernel | torch µs | Triton µs | agree |", "|---|---|---|---|"]
+    lines += [_kernel_line(k) for k in report["kernels"]]
+    syncs = report["syncs"]
+    if "skipped" in syncs:
+        lines += ["", f"Host synchronisations: {syncs['skipped']}."]
+    else:
+        lines += ["", "Host synchronisations per decode step, as CUDA counts them: " + "; ".join(
+            f"eagle {name} {s['per_step']:.2f} ({s['syncs']} in {s['steps']} steps)" for name, s in syncs.items())
+            + "."]
+    lines += ["", f"Compiled vs eager: {report['compile']}."]
+    return "\n".join(lines)

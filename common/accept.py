@@ -132,13 +132,25 @@ def tree_accept(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor
     return _tree_accept_sampled(draft, target_probs, uniforms, relax)
 
 
+def _batched(tree, batch: int, device):
+    """The acceptance tables of a static tree (shared by all rows) or a dynamic one, batched [B, ...]."""
+    tree = tree.on(device)
+    if tree.depth.dim() == 2:  # a tree per row (`BatchTree`)
+        return tree
+    from .dynamic_tree import BatchTree
+
+    expand = lambda t: t[None].expand(batch, *t.shape)  # noqa: E731
+    return BatchTree(expand(tree.parent), expand(tree.depth), expand(tree.ancestor_mask), expand(tree.child_table),
+                     expand(tree.path_table), expand(tree.earlier_sibling), tree.max_depth, tree.level_fan_out)
+
+
 def _tree_accept_greedy(draft: Draft, target_probs: torch.Tensor, relax) -> Acceptance:
     device = draft.tokens.device
-    tree = draft.tree.on(device)
     batch, n = draft.tokens.shape
+    tree = _batched(draft.tree, batch, device)
     nodes = n + 1
-    parent = tree.parent.clamp(min=0)
-    at_parent = target_probs[:, parent[1:]]  # [B, N, V]: the distribution each draft node is tested against
+    rows = torch.arange(batch, device=device)[:, None]
+    at_parent = target_probs[rows, tree.parent[:, 1:].clamp(min=0)]  # [B, N, V]: what each node is tested on
     tok = draft.tokens
     best = at_parent.amax(-1)
     if relax is None:
@@ -150,18 +162,18 @@ def _tree_accept_greedy(draft: Draft, target_probs: torch.Tensor, relax) -> Acce
         p_tok = at_parent.gather(2, tok[..., None]).squeeze(2)
         ok = (relaxed.view(batch, n) * mass.view(batch, n) >= best) & (p_tok > 0)
     ok = torch.cat([torch.ones(batch, 1, dtype=torch.bool, device=device), ok], 1)  # the root is always kept
-    # A node is taken when it passes, no earlier-ranked sibling passed, and every ancestor was taken.
-    earlier_passed = (ok.float() @ tree.earlier_sibling.T.float()) > 0
+    # A node is taken when it passes, no sibling tried before it passed, and every ancestor was taken.
+    earlier_passed = torch.bmm(tree.earlier_sibling.float(), ok.float()[:, :, None])[:, :, 0] > 0
     taken = ok & ~earlier_passed
-    on_path = (taken.float() @ tree.ancestor_mask.T.float()) == (tree.depth + 1).float()
+    on_path = torch.bmm(tree.ancestor_mask.float(), taken.float()[:, :, None])[:, :, 0] == (tree.depth + 1).float()
     # The deepest node on the path (one per depth: siblings exclude each other).
-    score = torch.where(on_path, tree.depth[None] * nodes + torch.arange(nodes, device=device)[None], -1)
+    score = torch.where(on_path, tree.depth * nodes + torch.arange(nodes, device=device)[None], -1)
     last = score.argmax(1)  # [B]
-    num = tree.depth[last]
-    path = tree.path_table[last]  # [B, D+1] the kept nodes by depth, -1 past the last
+    num = tree.depth.gather(1, last[:, None]).squeeze(1)
+    path = tree.path_table[rows[:, 0], last]  # [B, D+1] the kept nodes by depth, -1 past the last
     node_tokens = torch.cat([torch.full((batch, 1), -1, dtype=torch.long, device=device), tok], 1)
     tokens = node_tokens.gather(1, path[:, 1:].clamp(min=0))  # [B, D]: kept drafts
-    extra = target_probs[torch.arange(batch, device=device), last].argmax(-1)
+    extra = target_probs[rows[:, 0], last].argmax(-1)
     width = tree.max_depth + 1
     columns = torch.arange(width, device=device)[None]
     tokens = torch.cat([tokens, tokens.new_zeros(batch, 1)], 1)
@@ -171,8 +183,8 @@ def _tree_accept_greedy(draft: Draft, target_probs: torch.Tensor, relax) -> Acce
 
 def _tree_accept_sampled(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor, relax) -> Acceptance:
     device = draft.tokens.device
-    tree = draft.tree.on(device)
     batch = draft.tokens.shape[0]
+    tree = _batched(draft.tree, batch, device)
     rows = torch.arange(batch, device=device)
     node_tokens = torch.cat([torch.full((batch, 1), -1, device=device, dtype=torch.long), draft.tokens], 1)
     children = tree.child_table
@@ -193,7 +205,7 @@ def _tree_accept_sampled(draft: Draft, target_probs: torch.Tensor, uniforms: tor
         p = target_probs[rows, node].clone()  # [B, V] residual at the current node
         chosen = torch.full_like(node, -1)
         for c in range(tree.level_fan_out[level]):  # rows sit at this depth: no node here has more children
-            cand = children[node, c]
+            cand = children[rows, node, c]
             open_ = active & (cand >= 0) & (chosen < 0)
             tok = node_tokens[rows, cand.clamp(min=0)].clamp(min=0)
             p_tok = p.gather(1, tok[:, None]).squeeze(1)

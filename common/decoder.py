@@ -164,7 +164,8 @@ class SpeculativeDecoder:
             raise ValueError(f"num_draft_tokens must be an int >= 0, got {num_draft_tokens!r}")
         if drafter is None and num_draft_tokens:
             raise ValueError("num_draft_tokens > 0 needs a drafter")
-        if drafter is not None and num_draft_tokens == 0 and getattr(drafter, "tree", None) is None:
+        drafts_trees = getattr(drafter, "tree", None) is not None or getattr(drafter, "dynamic", None) is not None
+        if drafter is not None and num_draft_tokens == 0 and not drafts_trees:
             raise ValueError("num_draft_tokens must be >= 1 when a chain drafter is given")
         draft_vocab = getattr(drafter, "vocab_size", None)
         if draft_vocab is not None and draft_vocab != target.vocab_size:

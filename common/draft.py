@@ -15,6 +15,7 @@ from .accept import Acceptance, Draft
 from .kernels import sample_inverse_cdf
 from .logits import LogitsPipeline, draw_uniform
 from .model import ARModel, DecodeState, ModelOutput
+from .dynamic_tree import DynamicTreeBuilder, check_dynamic_tree
 from .tree import TreeSpec
 
 
@@ -68,9 +69,14 @@ class DraftModelDrafter(Drafter):
     tokens even when acceptance is ragged.
     """
 
-    def __init__(self, model: ARModel, tree: TreeSpec | None = None):
+    def __init__(self, model: ARModel, tree: TreeSpec | None = None, dynamic: tuple[int, int, int] | None = None):
+        if tree is not None and dynamic is not None:
+            raise ValueError("give a static tree or a dynamic one (depth, top_k, total_tokens), not both")
+        if dynamic is not None:
+            check_dynamic_tree(*dynamic, owner="DraftModelDrafter")
         self.model = model
         self.tree = tree
+        self.dynamic = dynamic  # EAGLE-2: (depth, top_k, total_tokens), a tree per row and step
         self.state: DecodeState | None = None
         self._carry: torch.Tensor | None = None  # [B] token at position-1 the draft cache lacks (-1: none)
 
@@ -100,6 +106,8 @@ class DraftModelDrafter(Drafter):
     def propose(self, ctx):
         if self.tree is not None:
             return self._propose_tree(ctx)
+        if self.dynamic is not None:
+            return self._propose_dynamic(ctx)
         batch, k = ctx.last_tokens.shape[0], ctx.num_draft_tokens
         uniforms = None if ctx.logits.greedy else draw_uniform(ctx.generator, batch, k, ctx.last_tokens.device)
         logits = self._feed_root(ctx, None)
@@ -139,9 +147,36 @@ class DraftModelDrafter(Drafter):
             top[:, level] = ctx.logits.process(out.logits).topk(fan_out, -1).indices
         return Draft(tokens=node_tokens[:, 1:], probs=None, tree=tree, forwards=forwards)
 
+    def _propose_dynamic(self, ctx):
+        """EAGLE-2 trees from the draft model's confidence (`DynamicTreeBuilder`): one draft forward per level
+        for the whole frontier, then the `total_tokens` most confident nodes."""
+        depth, top_k, total = self.dynamic
+        build = DynamicTreeBuilder(ctx.last_tokens.shape[0], depth, top_k, total, ctx.last_tokens.device)
+
+        def log_probs(logits):
+            return torch.log_softmax(ctx.logits.process(logits).float(), -1)
+
+        frontier = build.root(log_probs(self._feed_root(ctx, build.fed_tree)))
+        forwards = 1
+        for level in range(1, depth):
+            positions = (ctx.positions[:, None] + level).expand(-1, top_k)
+            out = self.model.forward(self.state, frontier, positions, tree=build.fed_tree,
+                                     tree_nodes=build.fed_tree.level_nodes(level))
+            forwards += 1
+            frontier, _ = build.expand(log_probs(out.logits), level)
+        tokens, tree = build.finish()
+        self._proposed = tree
+        return Draft(tokens=tokens, probs=None, tree=tree, forwards=forwards)
+
     def commit(self, ctx, acceptance, target_probs=None, output=None):
         num = acceptance.num_accepted
-        if self.tree is not None:
+        if self.dynamic is not None:
+            # The accepted path as nodes this drafter fed: every one but the deepest was a frontier node (only
+            # frontiers are expanded), and the deepest is re-fed next step anyway (see `_carry`).
+            path = acceptance.path_nodes
+            fed = self._proposed.fed_ids.gather(1, path.clamp(min=0))
+            self.model.keep(self.state, torch.where(path >= 0, fed, -1))
+        elif self.tree is not None:
             self.model.keep(self.state, acceptance.path_nodes)
         # Keep positions < position+num; the token at position+num is re-fed next step with the new one.
         self.model.crop(self.state, ctx.positions + num)

@@ -76,7 +76,13 @@ class SlotTable:
             anc = spec.ancestor_mask.to(positions.device)
             q_node, k_node = new_nodes[:, :, None], key_node[:, None, :]
             both = (q_node >= 0) & (k_node >= 0)
-            related = anc[q_node.clamp(min=0), k_node.clamp(min=0)]
+            if anc.dim() == 2:  # one tree for every row
+                related = anc[q_node.clamp(min=0), k_node.clamp(min=0)]
+            else:  # a tree per row (dynamic trees); guidance runs each row twice: [cond rows; uncond rows]
+                if anc.shape[0] != batch:
+                    anc = anc.repeat(batch // anc.shape[0], 1, 1)
+                rows = torch.arange(batch, device=positions.device)[:, None, None]
+                related = anc[rows, q_node.clamp(min=0), k_node.clamp(min=0)]
             mask &= ~both | related
         # A chain token must never see another token at its own position (a stale draft or a sibling).
         same_pos = key_pos[:, None, :] == positions[:, :, None]

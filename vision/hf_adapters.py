@@ -292,6 +292,10 @@ class Emu3ImageAdapter(_InVocabImageAdapter):
         return positions + rel.clamp(min=0) // self.width
 
     def _eol_tree(self, tree: TreeSpec) -> _EOLTree:
+        if tree.ancestor_mask.dim() != 2:
+            raise NotImplementedError("Emu3's end-of-line tokens are laid out for one tree shared by every row; "
+                                      "dynamic (per-row) draft trees are not supported for Emu3 yet: use "
+                                      "tree_branching or a chain")
         hit = self._trees.get(id(tree))
         if hit is None or hit[0] is not tree:
             anc = tree.ancestor_mask.to(self.device)

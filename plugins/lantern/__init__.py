@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from mmspec.common.accept import Acceptance, AcceptRule, GreedyMatch, SpeculativeSampling, tree_accept
+from mmspec.common.dynamic_tree import DynamicTreeConfig, dynamic_tree_settings
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.heads import load_head
 from mmspec.common.kernels import assemble_tokens, sample_extra_token
@@ -114,9 +115,11 @@ class RelaxedAcceptance(AcceptRule):
         else:
             # The rejected draft was tested against its relaxed target p^x: the residual comes from that.
             at = rows * k + num.clamp(max=k - 1)
-            relaxed = target_probs[rows, num].clone()  # [B, V]
-            drop = merged[at] >= 0
-            relaxed[rows[:, None].expand_as(drop)[drop], merged[at][drop]] = 0.0
+            relaxed = target_probs[rows, num]  # [B, V]
+            drop = merged[at] >= 0  # the merged neighbours leave (a product, not a boolean index: no host read)
+            keep = torch.ones_like(relaxed).scatter_reduce(1, merged[at].clamp(min=0), (~drop).to(relaxed.dtype),
+                                                           reduce="prod")
+            relaxed = relaxed * keep
             relaxed[rows, x[at]] = pooled[at]
             q = None if draft.probs is None else draft.probs.to(relaxed.dtype)
             extra = sample_extra_token(target_probs, draft.tokens, q, num, uniforms[:, k], tested_probs=relaxed)
@@ -136,7 +139,7 @@ class RelaxedAcceptance(AcceptRule):
 
 
 @dataclass
-class EagleConfig:
+class EagleConfig(DynamicTreeConfig):
     num_draft_tokens: int = field_range(1, 64, default=4, doc="draft length K of a chain")
     tree_branching: str = ""  # e.g. "4,2,1,1": a static tree of the head's top-ranked tokens ("" = chain)
     head_path: str = ""  # a folder saved by EagleHead.save_pretrained ("" = the bundled head)
@@ -163,7 +166,9 @@ class _EaglePlugin(Plugin):
 
     def __init__(self, **config):
         super().__init__(**config)
-        self.tree = parse_branching(self.config.tree_branching, f"{type(self.config).__name__}.tree_branching")
+        name = type(self.config).__name__
+        self.tree = parse_branching(self.config.tree_branching, f"{name}.tree_branching")
+        self.dynamic = dynamic_tree_settings(self.config, self.tree, name)
         self._head: EagleHead | None = None
         self._neighbours: dict[tuple, torch.Tensor] = {}
 
@@ -209,9 +214,10 @@ class _EaglePlugin(Plugin):
     def build_decoder(self, pipeline, request):
         target, logits = request.target, request.logits
         rule = self._rule(request.structure, target, logits)
-        drafter = EagleDrafter(self.head(target), target, tree=self.tree)
+        drafter = EagleDrafter(self.head(target), target, tree=self.tree, dynamic=self.dynamic)
+        chain = self.tree is None and self.dynamic is None
         return SpeculativeDecoder(target, drafter, rule, logits,
-                                  num_draft_tokens=self.config.num_draft_tokens if self.tree is None else 0,
+                                  num_draft_tokens=self.config.num_draft_tokens if chain else 0,
                                   eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id)
 
     def save_pretrained(self, directory):
@@ -254,9 +260,9 @@ class LanternPPPlugin(_EaglePlugin):
 
     def __init__(self, **config):
         super().__init__(**config)
-        if self.tree is None:
+        if self.tree is None and self.dynamic is None:
             raise ValueError("LanternPPConfig.tree_branching must describe a static tree, e.g. '4,2,1,1' "
-                             "(LANTERN++ is static-tree drafting)")
+                             "(LANTERN++ drafts trees; or tree_branching='' with tree_depth > 0 for a dynamic one)")
 
     def _rule(self, grid, target, logits):
         return RelaxedAcceptance(self.neighbours(grid, target), lam=self.config.lam, greedy=logits.greedy)

@@ -28,6 +28,7 @@ from diffusers.configuration_utils import register_to_config
 
 from mmspec.common.accept import Acceptance, Draft
 from mmspec.common.draft import Drafter, StepContext
+from mmspec.common.dynamic_tree import DynamicTreeBuilder, check_dynamic_tree
 from mmspec.common.kernels import sample_inverse_cdf
 from mmspec.common.layers import TransformerBlock, find_multiple
 from mmspec.common.logits import draw_uniform
@@ -149,9 +150,15 @@ class EagleDrafter(Drafter):
 
     needs_hidden = True
 
-    def __init__(self, head: EagleHead, target: ARModel, tree: TreeSpec | None = None):
+    def __init__(self, head: EagleHead, target: ARModel, tree: TreeSpec | None = None,
+                 dynamic: tuple[int, int, int] | None = None):
+        if tree is not None and dynamic is not None:
+            raise ValueError("give a static tree or a dynamic one (depth, top_k, total_tokens), not both")
+        if dynamic is not None:
+            check_dynamic_tree(*dynamic, owner="EagleDrafter")
         self.bound = BoundHead(head, target)
         self.tree = tree
+        self.dynamic = dynamic  # EAGLE-2: (depth, top_k, total_tokens), a tree per row and step
         self.guidance_scale = target.guidance_scale if isinstance(target, CFGModel) else None
         self.vocab_size = target.vocab_size
         self.state: DecodeState | None = None
@@ -206,6 +213,8 @@ class EagleDrafter(Drafter):
         root = self._feed_verified(ctx)
         if self.tree is not None:
             return self._propose_tree(ctx, root)
+        if self.dynamic is not None:
+            return self._propose_dynamic(ctx, root)
         k = ctx.num_draft_tokens
         uniforms = None if ctx.logits.greedy else draw_uniform(ctx.generator, b, k, device)
         feature, tokens, probs = root, [], []
@@ -247,6 +256,28 @@ class EagleDrafter(Drafter):
             features[:, level] = out.to(features.dtype)
             top[:, level] = ctx.logits.process(self._draft_logits(out)).topk(fan_out, -1).indices
         return Draft(tokens=node_tokens[:, 1:], probs=None, tree=tree, forwards=forwards)
+
+    def _propose_dynamic(self, ctx: StepContext, root: torch.Tensor) -> Draft:
+        """EAGLE-2: grow each row's tree from the head's confidence (`DynamicTreeBuilder`), one head forward per
+        level for the whole frontier, then keep the `total_tokens` most confident nodes."""
+        depth, top_k, total = self.dynamic
+        build = DynamicTreeBuilder(ctx.last_tokens.shape[0], depth, top_k, total, ctx.last_tokens.device)
+
+        def log_probs(features):
+            return torch.log_softmax(ctx.logits.process(self._draft_logits(features)).float(), -1)
+
+        frontier = build.root(log_probs(root)[:, 0])
+        parent_features = root.expand(-1, top_k, -1)
+        forwards = 1
+        for level in range(1, depth):
+            positions = (ctx.positions[:, None] + level - 1).expand(-1, top_k)
+            out = self.bound.run(self.state, self._rows(frontier), parent_features, self._rows(positions),
+                                 tree=build.fed_tree, tree_nodes=build.fed_tree.level_nodes(level))
+            forwards += 1
+            frontier, parent = build.expand(log_probs(out), level)
+            parent_features = out.gather(1, self._rows(parent)[..., None].expand(-1, -1, out.shape[-1]))
+        tokens, tree = build.finish()
+        return Draft(tokens=tokens, probs=None, tree=tree, forwards=forwards)
 
     def commit(self, ctx: StepContext, acceptance: Acceptance, target_probs=None, output=None):
         if output is None or output.hidden is None:

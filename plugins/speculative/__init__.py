@@ -18,6 +18,7 @@ from mmspec.common.accept import GreedyMatch, SpeculativeSampling
 from mmspec.common.bench import cut_after, run_peer
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.draft import DraftModelDrafter
+from mmspec.common.dynamic_tree import DynamicTreeConfig, dynamic_tree_settings
 from mmspec.common.plugin import Plugin
 from mmspec.common.registry import field_range, register_plugin
 from mmspec.common.structure import TokenSequence
@@ -25,7 +26,7 @@ from mmspec.common.tree import TreeSpec, parse_branching
 
 
 @dataclass
-class SpeculativeConfig:
+class SpeculativeConfig(DynamicTreeConfig):
     num_draft_tokens: int = field_range(1, 64, default=5, doc="draft length K of a chain")
     tree_branching: str = ""  # e.g. "3,2,1": a static tree instead of a chain ("" = chain)
 
@@ -38,25 +39,28 @@ class SpeculativePlugin(Plugin):
     Config = SpeculativeConfig
     requires = TokenSequence
     needs_draft_model = True
-    bench_variants = ({"settings": {"tree_branching": "3,2,1"}}, {"settings": {"num_draft_tokens": 3}})
+    bench_variants = ({"settings": {"tree_branching": "3,2,1"}}, {"settings": {"num_draft_tokens": 3}},
+                      {"settings": {"tree_depth": 4, "tree_top_k": 3, "tree_total_tokens": 9}})
 
     def __init__(self, **config):
         super().__init__(**config)
         self.tree = parse_branching(self.config.tree_branching, "SpeculativeConfig.tree_branching")
+        self.dynamic = dynamic_tree_settings(self.config, self.tree, "SpeculativeConfig")
 
     def build_decoder(self, pipeline, request):
         if request.draft_model is None:
             raise ValueError("plugin 'speculative' needs a draft model: give the pipeline draft_model=")
         rule = GreedyMatch() if request.logits.greedy else SpeculativeSampling()
-        return SpeculativeDecoder(request.target, DraftModelDrafter(request.draft_model, tree=self.tree), rule,
-                                  request.logits,
-                                  num_draft_tokens=self.config.num_draft_tokens if self.tree is None else 0,
+        drafter = DraftModelDrafter(request.draft_model, tree=self.tree, dynamic=self.dynamic)
+        chain = self.tree is None and self.dynamic is None
+        return SpeculativeDecoder(request.target, drafter, rule, request.logits,
+                                  num_draft_tokens=self.config.num_draft_tokens if chain else 0,
                                   eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id)
 
     @torch.no_grad()
     def bench_peer(self, pipeline, inputs, settings):
         """transformers' assisted generation (`assistant_model=`) on the same pair, one prompt at a time."""
-        if self.tree is not None:  # assisted generation drafts chains only
+        if self.tree is not None or self.dynamic is not None:  # assisted generation drafts chains only
             return None
         model, draft = pipeline.model, pipeline.draft_model
         greedy = settings.get("temperature", 0.0) == 0

@@ -40,15 +40,16 @@ def test_the_counter_sees_each_kind_of_host_read():
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("tree", [None, "2,2,1"])
+@pytest.mark.parametrize("tree", [None, "2,2,1", "dynamic"])
 def test_speculative_loop_reads_the_device_once_per_step(temperature, tree):
     target = tiny_llama()
-    spec = TreeSpec.full([int(b) for b in tree.split(",")]) if tree else None
+    spec = TreeSpec.full([int(b) for b in tree.split(",")]) if tree and tree != "dynamic" else None
+    dynamic = (4, 3, 9) if tree == "dynamic" else None
     decoder = SpeculativeDecoder(HFCausalLM(target, compact_slack=10 ** 6),
                                  DraftModelDrafter(HFCausalLM(perturbed_copy(target, 0.05), compact_slack=10 ** 6),
-                                                   tree=spec),
+                                                   tree=spec, dynamic=dynamic),
                                  logits=LogitsPipeline(temperature=temperature),
-                                 num_draft_tokens=0 if spec else 4, eos_token_id=5, pad_token_id=5)
+                                 num_draft_tokens=4 if tree is None else 0, eos_token_id=5, pad_token_id=5)
     ids = torch.randint(1, 64, (3, 6), generator=torch.Generator().manual_seed(1))
     with count_host_syncs(where=True) as count:
         out = decoder.generate(ids, max_new_tokens=64, generator=torch.Generator().manual_seed(0))
@@ -57,13 +58,13 @@ def test_speculative_loop_reads_the_device_once_per_step(temperature, tree):
     assert count.total <= steps + PER_CALL + ids.shape[0], count.by_call.most_common(5)
 
 
-@pytest.mark.parametrize("tree", ["", "4,2,1,1"])
+@pytest.mark.parametrize("tree", [{}, {"tree_branching": "4,2,1,1"}, {"tree_depth": 4}], ids=["chain", "static", "dynamic"])
 def test_image_pipeline_step_reads_stay_near_one(tree):
     """Through the bundled image pipeline (CFG, the EAGLE head) with default cache slack: one read per step
     and the tidy of two caches every `compact_slack` slots (the progress bar: see the next test)."""
     from mmspec import load_plugin
 
-    pipe = load_plugin("eagle", tree_branching=tree)
+    pipe = load_plugin("eagle", **tree)
     pipe.set_progress_bar_config(disable=True)
     call = dict(class_labels=[3, 5], guidance_scale=3.0, temperature=1.0, output_type="pt")
     pipe(**call, generator=torch.Generator().manual_seed(0))  # warm-up

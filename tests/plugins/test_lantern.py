@@ -236,6 +236,7 @@ _HEADS = {}
 
 
 def eagle_decoder(model, logits, rule=None, tree=None, k=3, seed=0, trained=True):
+    """tree: None (a chain of k), a TreeSpec, or a `Dynamic` (EAGLE-2 trees grown per row and step)."""
     target = HFCausalLM(model)
     if trained:
         if id(model) not in _HEADS:
@@ -245,16 +246,27 @@ def eagle_decoder(model, logits, rule=None, tree=None, k=3, seed=0, trained=True
         torch.manual_seed(seed)
         head = EagleHead.for_target(target)
     rule = rule or (GreedyMatch() if logits.greedy else SpeculativeSampling())
-    return SpeculativeDecoder(target, EagleDrafter(head, target, tree=tree), rule, logits,
+    dynamic = tree.settings if isinstance(tree, Dynamic) else None
+    static = None if dynamic is not None else tree
+    return SpeculativeDecoder(target, EagleDrafter(head, target, tree=static, dynamic=dynamic), rule, logits,
                               num_draft_tokens=0 if tree is not None else k)
 
 
+class Dynamic:
+    def __init__(self, depth, top_k, total_tokens):
+        self.settings = (depth, top_k, total_tokens)
+
+    def __repr__(self):
+        return f"Dynamic{self.settings}"
+
+
 TREE = TreeSpec.full([3, 2, 1])
+DYNAMIC = Dynamic(4, 3, 9)
 NEIGHBOURS_48 = codebook_neighbours(torch.randn(48, 4, generator=torch.Generator().manual_seed(0)), 10)
 
 
 @pytest.mark.parametrize("tree,rule", [(None, "strict"), (TREE, "strict"), (None, "delta0"), (TREE, "lam1"),
-                                       (None, "delta"), (TREE, "lam")])
+                                       (None, "delta"), (TREE, "lam"), (DYNAMIC, "strict"), (DYNAMIC, "lam1")])
 def test_greedy_equals_ar_ragged_batch(text_model, tree, rule, torch_kernels):
     """Strict rules, and relaxed ones with no relaxation, reproduce AR exactly; a real relaxation may not."""
     ids = torch.tensor([[0, 5, 9, 3], [0, 0, 7, 1], [4, 4, 4, 4]])
@@ -296,7 +308,9 @@ SMALL_NEIGHBOURS = torch.tensor([[1, 2], [0, 2], [3, 1], [2, 0]])
 
 @pytest.mark.parametrize("tree,rule", [(None, None), (TreeSpec.full([2, 1]), None),
                                        (None, RelaxedAcceptance(SMALL_NEIGHBOURS, delta=0.0)),
-                                       (TreeSpec.full([2, 1]), RelaxedAcceptance(SMALL_NEIGHBOURS, lam=1.0))])
+                                       (TreeSpec.full([2, 1]), RelaxedAcceptance(SMALL_NEIGHBOURS, lam=1.0)),
+                                       (Dynamic(3, 2, 5), None),
+                                       (Dynamic(3, 2, 5), RelaxedAcceptance(SMALL_NEIGHBOURS, lam=1.0))])
 def test_eagle_sampling_follows_the_target_law(small_model, tree, rule, torch_kernels):
     logits = LogitsPipeline(temperature=1.0)
     pvalue, stats = law_pvalue(eagle_decoder(small_model, logits, rule=rule, tree=tree, k=2, trained=False),
@@ -315,7 +329,8 @@ def test_law_test_catches_a_wrong_law(small_model, rule, torch_kernels):
     assert pvalue < 1e-6
 
 
-@pytest.mark.parametrize("tree,rule", [(None, "lantern"), (TREE, "lantern++"), (None, "eagle")])
+@pytest.mark.parametrize("tree,rule", [(None, "lantern"), (TREE, "lantern++"), (None, "eagle"), (DYNAMIC, "eagle"),
+                                       (DYNAMIC, "lantern++")])
 def test_rows_do_not_depend_on_their_batch(text_model, tree, rule, torch_kernels):
     ids = torch.tensor([[0, 5, 9], [3, 3, 1], [7, 2, 2]])
     logits = LogitsPipeline(temperature=1.0, top_k=20)
@@ -359,7 +374,8 @@ def janus_setup(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name,config", [("eagle", {}), ("eagle", {"tree_branching": "2,2"}),
-                                         ("lantern", {"k": 4, "delta": 0.0}), ("lantern++", {"k": 3, "lam": 1.0})])
+                                         ("lantern", {"k": 4, "delta": 0.0}), ("lantern++", {"k": 3, "lam": 1.0}),
+                                         ("eagle", {"tree_depth": 3, "tree_top_k": 2, "tree_total_tokens": 5})])
 def test_plugins_on_janus(janus_setup, name, config, torch_kernels):
     pipe, head = janus_setup
     prompts = ["a b", "c"]
@@ -393,7 +409,10 @@ def test_bad_plugin_config(janus_setup):
     for name, kwargs, match in (("lantern", {"delta": 1.5}, "delta"), ("lantern", {"k": 0}, "k"),
                                 ("lantern++", {"lam": 0.5}, "lam"), ("lantern++", {"tree_branching": ""}, "tree"),
                                 ("eagle", {"tree_branching": "2,x"}, "tree_branching"),
-                                ("eagle", {"num_draft_tokens": 0}, "num_draft_tokens")):
+                                ("eagle", {"num_draft_tokens": 0}, "num_draft_tokens"),
+                                ("eagle", {"tree_depth": 3, "tree_branching": "2,2"}, "set tree_branching='' or"),
+                                ("eagle", {"tree_depth": 3, "tree_top_k": 2, "tree_total_tokens": 11},
+                                 "tree_total_tokens must be between 1 and .* = 10")):
         with pytest.raises(ValueError, match=match):
             get_plugin_class(name)(**kwargs)
     too_many = get_plugin_class("lantern")(head_path=head, k=24).attach(pipe)  # the tiny codebook has 24 codes
@@ -421,7 +440,7 @@ def test_bundled_head_drafts_for_the_bundled_model(torch_kernels):
     assert lantern.stats.mean_accepted > strict.stats.mean_accepted
 
 
-@pytest.mark.parametrize("tree", [None, TREE])
+@pytest.mark.parametrize("tree", [None, TREE, DYNAMIC])
 def test_rows_leave_the_batch_at_their_own_eos(text_model, tree, torch_kernels):
     """Rows that hit EOS early leave the batch; the head's per-row state must follow (greedy == AR)."""
     ids = torch.tensor([[0, 5, 9, 3], [0, 0, 7, 1], [4, 4, 4, 4], [7, 8, 9, 10]])

@@ -195,10 +195,11 @@ class ARModel:
         """Drop slots dead in every row and compact when dead slots pile up. Reading how many there are makes
         the host wait for the device, so it runs only after `TIDY_EVERY` rollbacks (every eight steps or so)
         and once the cache has grown by twice `compact_slack` slots: dead slots cost attention width, never
-        correctness (they are masked), and a tree step appends all its nodes, of which a few stay live."""
+        correctness (they are masked), and a tree step appends all its nodes, of which a few stay live.
+        compact_slack=0 asks for no dead slots at all: then every rollback tidies."""
         slots = state.slots
         slots.tidy_wait -= 1
-        if slots.num_slots < slots.tidy_at or slots.tidy_wait > 0:
+        if self.compact_slack and (slots.num_slots < slots.tidy_at or slots.tidy_wait > 0):
             return
         drop, max_live = slots.tidy_plan()
         if drop:

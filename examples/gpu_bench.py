@@ -193,7 +193,7 @@ def count_cuda_syncs(device: str, small: bool) -> dict:
     return out
 
 
-def main(argv=None) -> int:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on whatever device is here (CPU check)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting plugin rows after this")
@@ -229,8 +229,7 @@ def main(argv=None) -> int:
 
         write_markdown(json.loads(results_path.read_text()), args.markdown,
                        "mmspec bench --all --json benchmarks.json --markdown BENCHMARKS.md", gpu_report=Path(args.out))
-    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

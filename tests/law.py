@@ -65,11 +65,27 @@ class AcceptAll(AcceptRule):
     lossless = False
 
     def __call__(self, draft, target_probs, generator=None):
+        if draft.tree is not None:
+            return self._first_children(draft, target_probs, generator)
         batch, k = draft.tokens.shape
         uniforms = draw_uniform(generator, batch, 1, target_probs.device)
         bonus = sample_inverse_cdf(target_probs[:, k], uniforms[:, 0])
         num = torch.full((batch,), k, dtype=torch.long, device=draft.tokens.device)
         return Acceptance(num, assemble_tokens(draft.tokens, num, bonus))
+
+    @staticmethod
+    def _first_children(draft, target_probs, generator):
+        """Trees: keep the path of first-ranked children down to a leaf."""
+        path = [0]
+        while draft.tree.children(path[-1]):
+            path.append(draft.tree.children(path[-1])[0])
+        batch, device = draft.tokens.shape[0], draft.tokens.device
+        nodes = torch.tensor(path, device=device)
+        uniforms = draw_uniform(generator, batch, 1, target_probs.device)
+        bonus = sample_inverse_cdf(target_probs[:, path[-1]], uniforms[:, 0])
+        num = torch.full((batch,), len(path) - 1, dtype=torch.long, device=device)
+        tokens = assemble_tokens(draft.tokens[:, nodes[1:] - 1], num, bonus)
+        return Acceptance(num, tokens, path_nodes=nodes[None].expand(batch, -1).clone())
 
 
 # --- a 4-token LM whose law over a few new tokens is enumerable (decoder-level law tests) ------------------

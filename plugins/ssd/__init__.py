@@ -44,6 +44,7 @@ from mmspec.common.model import CFGModel, cfg_combine
 from mmspec.common.plugin import Plugin
 from mmspec.common.registry import field_range, register_plugin
 from mmspec.common.structure import CodeGrid
+from mmspec.common.tree import TreeSpec, parse_branching
 
 BUNDLED_HEADS = Path(__file__).resolve().parent / "bundled" / "ssd_heads"  # trained on llamagen-tiny
 
@@ -89,8 +90,16 @@ class _Hidden:
 class SpatialDrafter(Drafter):
     needs_hidden = True
 
-    def __init__(self, heads: SpatialHeads, grid: tuple[int, int], guidance_scale: float | None):
+    def __init__(self, heads: SpatialHeads, grid: tuple[int, int], guidance_scale: float | None,
+                 tree: TreeSpec | None = None):
         self.heads = heads
+        self.tree = tree
+        if tree is not None:  # node n (numbered level by level from 1) drafts position depth(n) − 1's rank(n) candidate
+            nodes = [n for level in tree.levels[1:] for n in level]
+            if nodes != list(range(1, tree.num_nodes + 1)):
+                raise ValueError("the tree must number its nodes level by level (TreeSpec does)")
+            self._node_candidate = (torch.tensor([d for d, level in enumerate(tree.levels[1:]) for _ in level]),
+                                    torch.tensor([tree.ranks[n] for n in nodes]))
         self.height, self.width = grid
         self.guidance_scale = guidance_scale
         self.vocab_size = heads.config.vocab_size
@@ -114,7 +123,8 @@ class SpatialDrafter(Drafter):
 
     @torch.no_grad()
     def propose(self, ctx: StepContext) -> Draft:
-        batch, k, device = ctx.last_tokens.shape[0], ctx.num_draft_tokens, ctx.last_tokens.device
+        batch, device = ctx.last_tokens.shape[0], ctx.last_tokens.device
+        k = ctx.num_draft_tokens if self.tree is None else self.tree.max_depth
         if self.store is None:
             n, hidden = self.height * self.width, self.heads.config.hidden_size
             zeros = torch.zeros(batch, n + 1, hidden, device=device)
@@ -128,6 +138,12 @@ class SpatialDrafter(Drafter):
         below_slots = newest[:, None] + offsets - self.width + 1
         logits = torch.cat([self._head_logits(self.heads.right, right_slot),
                             self._head_logits(self.heads.below, below_slots[:, 1:])], 1)
+        if self.tree is not None:
+            # Node n at depth d takes position d's candidate of its rank: the same candidates under every parent.
+            tree = self.tree
+            top = ctx.logits.process(logits).topk(tree.child_table.shape[1], -1).indices  # [B, depth, fan-out]
+            position, rank = (t.to(device) for t in self._node_candidate)
+            return Draft(tokens=top[:, position, rank], probs=None, tree=tree, forwards=0)
         probs = ctx.logits.probs(logits)
         if ctx.logits.greedy:
             tokens = probs.argmax(-1)
@@ -139,12 +155,24 @@ class SpatialDrafter(Drafter):
         if output is None or output.hidden is None:
             raise ValueError("SpatialDrafter needs the verify pass's hidden states")
         newest = ctx.positions - self.start
-        kept = output.hidden.shape[1]
+        hidden, uncond_hidden = output.hidden, output.uncond_hidden
+        if self.tree is not None:  # the accepted path's states, root first, like a chain's fed tokens
+            path = acceptance.path_nodes.to(newest.device)
+
+            def along_path(states):
+                index = path.clamp(min=0)[..., None].expand(-1, -1, states.shape[-1])
+                return states.gather(1, index.to(states.device))
+
+            hidden = along_path(hidden)
+            uncond_hidden = None if uncond_hidden is None else along_path(uncond_hidden)
+        kept = hidden.shape[1]
         slots = newest[:, None] + 1 + torch.arange(kept, device=newest.device)[None]  # slot of each fed token
         fed_ok = torch.arange(kept, device=newest.device)[None] <= acceptance.num_accepted[:, None]
+        if self.tree is not None:
+            fed_ok &= path >= 0
         fed_ok &= slots < self.store.known.shape[1]
         safe = torch.where(fed_ok, slots, 0)
-        for buffer, values in ((self.store.cond, output.hidden), (self.store.uncond, output.uncond_hidden)):
+        for buffer, values in ((self.store.cond, hidden), (self.store.uncond, uncond_hidden)):
             if buffer is None or values is None:
                 continue
             current = buffer.gather(1, safe[..., None].expand(-1, -1, buffer.shape[-1]))
@@ -166,6 +194,7 @@ def load_bundled_heads(device="cpu") -> SpatialHeads:
 class SSDConfig:
     num_draft_tokens: int = field_range(1, 64, default=3, doc="draft length K (must be < the grid width)")
     heads_path: str = ""  # a folder saved by SpatialHeads.save_pretrained ("" = the bundled heads)
+    tree_branching: str = ""  # e.g. "4,2,1": a static tree of both heads' top candidates ("" = a chain of K)
 
 
 @register_plugin("ssd")
@@ -178,11 +207,17 @@ class SSDPlugin(Plugin):
     head_trainer = "mmspec.plugins.ssd.train:train_ssd_heads"
     bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
     bench_variants = tuple({"batch_size": 4, "num_samples": 40, "settings": {"num_draft_tokens": k}}
-                           for k in (2, 6)) + ({"batch_size": 4, "num_samples": 40, "settings": {"temperature": 0.0}},)
+                           for k in (2, 6)) + ({"batch_size": 4, "num_samples": 40, "settings": {"temperature": 0.0}},
+                                               {"batch_size": 1, "settings": {"tree_branching": "3,2,1"}},
+                                               {"batch_size": 4, "num_samples": 40,
+                                                "settings": {"tree_branching": "3,2,1", "temperature": 0.0}},
+                                               {"batch_size": 4, "num_samples": 40,
+                                                "settings": {"tree_branching": "4,2,2,1,1,1", "temperature": 0.0}})
 
     def __init__(self, **config):
         super().__init__(**config)
         self._heads: SpatialHeads | None = None
+        self.tree = parse_branching(self.config.tree_branching, "SSDConfig.tree_branching")
 
     def heads(self, device) -> SpatialHeads:
         if self._heads is None:
@@ -212,9 +247,10 @@ class SSDPlugin(Plugin):
         target, logits, structure = request.target, request.logits, request.structure
         grid = (structure.rows, structure.cols)
         heads = self.heads(target.device)
-        k = self.config.num_draft_tokens
+        k = self.config.num_draft_tokens if self.tree is None else self.tree.max_depth
         if k >= grid[1]:
-            raise ValueError(f"num_draft_tokens must be below the grid width ({grid[1]}), got {k}: a draft's "
+            name = "num_draft_tokens" if self.tree is None else "the depth of tree_branching"
+            raise ValueError(f"{name} must be below the grid width ({grid[1]}), got {k}: a draft's "
                              "source state must be a token the target has already verified")
         if heads.config.vocab_size != target.vocab_size:
             raise ValueError(f"the SSD heads' vocabulary ({heads.config.vocab_size}) does not match the "
@@ -224,5 +260,6 @@ class SSDPlugin(Plugin):
                              f"this image has {grid[1]}")
         guidance = target.guidance_scale if isinstance(target, CFGModel) else None
         rule = GreedyMatch() if logits.greedy else SpeculativeSampling()
-        return SpeculativeDecoder(target, SpatialDrafter(heads, grid, guidance), rule, logits, num_draft_tokens=k,
+        drafter = SpatialDrafter(heads, grid, guidance, tree=self.tree)
+        return SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=k if self.tree is None else 0,
                                   eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id)

@@ -211,3 +211,55 @@ def test_train_ssd_heads_for_a_hf_model_resumes_to_identical_weights(tmp_path):
     assert torch.equal(out.tokens, ar.tokens) and out.stats.mean_accepted > 1
     with pytest.raises(ValueError, match="num_heldout must be an int >= 1, got 0"):
         train_ssd_heads(pipe, tmp_path / "x", num_heldout=0)
+
+
+def ssd_tree_decoder(model, heads, logits, grid, branching, guidance=None):
+    plugin = get_plugin_class("ssd")(tree_branching=branching)
+    plugin._heads = heads
+    target = LlamaGenAdapter(model)
+    if guidance is not None:
+        target = CFGModel(target, guidance)
+    return build_decoder(plugin, target, logits, grid=grid)
+
+
+@pytest.mark.parametrize("branching,guidance", [("3,2", None), ("2,2,1", 2.5), ("4", None)])
+def test_tree_greedy_equals_ar_and_beats_the_chain(branching, guidance):
+    model = tiny_gen()
+    heads = random_heads(model, GRID)
+    cond, prefill = prompts(model, [0, 2, 1], guidance)
+    greedy = LogitsPipeline(temperature=0)
+    target = LlamaGenAdapter(model) if guidance is None else CFGModel(LlamaGenAdapter(model), guidance)
+    ar = build_decoder(get_plugin_class("ar")(), target, greedy).generate(
+        cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
+    tree = ssd_tree_decoder(model, heads, greedy, (GRID, GRID), branching, guidance).generate(
+        cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
+    assert torch.equal(tree.sequences, ar.sequences)
+    depth = len(branching.split(","))
+    chain = ssd_decoder(model, heads, greedy, (GRID, GRID), depth, guidance).generate(
+        cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
+    assert tree.stats.mean_accepted >= chain.stats.mean_accepted  # more candidates per position, same depth
+
+
+def test_tree_draft_nodes_are_each_positions_top_candidates():
+    model = tiny_gen()
+    heads = random_heads(model, GRID)
+    drafter = ssd_tree_decoder(model, heads, LogitsPipeline(temperature=0), (GRID, GRID), "3,2").drafter
+    drafter.begin(None, None)
+    ctx = type("Ctx", (), {})()
+    ctx.last_tokens, ctx.positions = torch.tensor([16]), torch.tensor([0])
+    ctx.num_draft_tokens, ctx.logits, ctx.generator = 0, LogitsPipeline(temperature=0), None
+    draft = drafter.propose(ctx)  # nothing verified yet: every position drafts from the prior
+    top = heads.prior_logits.topk(3).indices.tolist()
+    # Depth 1: the top 3; depth 2: under each of them, the top 2 of the same distribution.
+    assert draft.tokens[0].tolist() == top + top[:2] * 3 and draft.tree.num_nodes == 9
+
+
+def test_tree_sampling_follows_the_ar_law():
+    model = tiny_gen(vocab=LAW_VOCAB, grid=3, seed=3, std=0.8)
+    heads = random_heads(model, LAW_W, seed=4)
+    law = class_grid_law(model, 1, LAW_H * LAW_W)
+    decoder = ssd_tree_decoder(model, heads, LogitsPipeline(temperature=1.0), (LAW_H, LAW_W), "2,2")
+    p, stats = pvalue(decoder, model, law)
+    assert p > 1e-3 and 1.2 < stats.mean_accepted < 3.0
+    decoder.accept_rule = AcceptAll()
+    assert pvalue(decoder, model, law)[0] < 1e-6

@@ -127,7 +127,7 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
     accelerated = plugin_cls(**config)
     cast_pipeline(pipeline, dtype)
     num_samples = num_samples or pipeline.bench_num_samples
-    inputs = pipeline.bench_inputs(num_samples, seed)
+    inputs = pipeline.bench_inputs(num_samples, seed, **{k: call[k] for k in pipeline.bench_input_settings})
     greedy = call.get("temperature", 0.0) == 0
 
     base_pipe, acc_pipe = baseline_cls().attach(pipeline), accelerated.attach(pipeline)

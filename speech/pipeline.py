@@ -32,6 +32,7 @@ from .asr_model import SAMPLE_RATE
 from .recognizer import BUNDLED_ASR_DIR, BundledRecognizer, SpeechRecognizer
 from .segment import split_utterances
 from .structure import AUDIO_SECONDS, GATED_ROWS, CTCTranscript
+from .text import normalize_text
 
 
 MIN_SPEECH_SECONDS = 0.1  # shorter than the shortest word
@@ -53,6 +54,14 @@ class ASROutput:
     @property
     def inverse_rtf(self) -> float:
         return inverse_rtf(self.stats)
+
+
+def audio_seconds(item) -> float:
+    """Duration of a file, a ``{"array", "sampling_rate"}`` dict or a ``(waveform, rate)`` pair."""
+    if isinstance(item, (str, os.PathLike)):
+        return soundfile.info(str(item)).duration
+    array, rate = (item["array"], item["sampling_rate"]) if isinstance(item, dict) else item
+    return len(array) / rate
 
 
 def load_audio(item, sampling_rate: int | None = None, name: str = "audio") -> torch.Tensor:
@@ -136,6 +145,9 @@ class ASRPipeline(Pipeline):
     pipeline_name = "asr"
     bench_num_samples = 200
     call_defaults = {"max_new_tokens": 200, "temperature": 0.0}
+    # Which committed set `mmspec bench` transcribes: see `speech.data.BENCH_TEST_SETS`.
+    bench_settings = {"test_set": "in_domain"}
+    bench_input_settings = ("test_set",)
     peer_assistant = None  # a small Whisper for the `transformers` assisted-generation bench peer
 
     def __init__(self, recognizer: SpeechRecognizer, plugin=None):
@@ -327,15 +339,16 @@ class ASRPipeline(Pipeline):
         return 0
 
     # --- bench protocol (see mmspec.common.bench) ------------------------
-    def bench_inputs(self, num_samples: int, seed: int) -> list[dict]:
-        from .data import load_test_set
+    def bench_inputs(self, num_samples: int, seed: int, test_set: str = "in_domain") -> list[dict]:
+        from .data import bench_test_set
 
-        rows = load_test_set()
+        rows = bench_test_set(test_set)
         if num_samples > len(rows):
-            raise ValueError(f"num_samples must be at most {len(rows)} (the held-out set), got {num_samples}")
+            raise ValueError(f"num_samples must be at most {len(rows)} (the {test_set} set), got {num_samples}")
         return rows[:num_samples]
 
     def bench_generate(self, inputs: list[dict], batch_size: int, seed: int, settings: dict):
+        settings = {k: v for k, v in settings.items() if k not in self.bench_settings}
         gens = [torch.Generator().manual_seed(seed + i) for i in range(len(inputs))]
         out = self([row["audio"] for row in inputs], batch_size=batch_size, generator=gens, **settings)
         return out.sequences, out.stats
@@ -345,13 +358,16 @@ class ASRPipeline(Pipeline):
 
         from .metrics import error_counts, rates_of
 
-        counts = error_counts([row["text"] for row in inputs],
-                              [self.recognizer.decoder_ids_to_text(s) for s in sequences])
+        texts = [self.recognizer.decoder_ids_to_text(s) for s in sequences]
+        if any(not row["text"] for row in inputs):  # noise: no words to get right, only words made up
+            words = [len(normalize_text(t).split()) for t in texts]
+            return {"words_per_clip": sum(words) / len(words), PER_SAMPLE: {"words_per_clip": (words, [1] * len(words))}}
+        counts = error_counts([row["text"] for row in inputs], texts)
         return {**rates_of(counts), PER_SAMPLE: counts}
 
     def bench_summary(self, inputs: list[dict], stats: DecodeStats, seconds: float) -> dict:
-        """Real-time factor over the same audio (file durations), and the share of rows a gate finished."""
-        audio = sum(soundfile.info(row["audio"]).duration for row in inputs)
+        """Real-time factor over the same audio (durations), and the share of rows a gate finished."""
+        audio = sum(audio_seconds(row["audio"]) for row in inputs)
         return {"inverse_rtf": audio / max(seconds, 1e-9),
                 "gated_fraction": stats.extra.get(GATED_ROWS, 0) / len(inputs)}
 

@@ -39,3 +39,21 @@ def test_relaxed_and_ctc_modes_run_on_the_bundled_model(setup):
     for mode in ("relaxed", "ctc"):
         out = load_plugin("ctc_draft", pipeline=pipe, mode=mode)([r["audio"] for r in rows], batch_size=8)
         assert len(out.texts) == len(rows) and out.stats.target_nfe <= ar.stats.target_nfe
+
+
+def test_bench_rows_on_every_test_set_render_in_the_speech_table():
+    from mmspec.common.bench import run_bench
+    from mmspec.speech.bench import speech_table
+
+    rows = [run_bench("ctc_draft", num_samples=3, batch_size=3, progress=lambda *a: None,
+                      settings={"mode": "strict", "test_set": name}) for name in ("out_of_domain", "noise")]
+    ood, noise = rows
+    assert ood["settings"]["test_set"] == "out_of_domain" and "wer" in ood["baseline"]["quality"]
+    assert ood["exact_match_rate"] == 1.0 and noise["exact_match_rate"] == 1.0  # strict is lossless anywhere
+    assert "words_per_clip" in noise["baseline"]["quality"] and "wer" not in noise["baseline"]["quality"]
+    table = speech_table(rows)
+    assert "| out_of_domain |" in table and "| noise |" in table and "words/clip" in table
+    with pytest.raises(ValueError, match="test_set must be one of"):
+        run_bench("ctc_draft", num_samples=1, progress=lambda *a: None, settings={"test_set": "german"})
+    with pytest.raises(ValueError, match="at most 40"):
+        run_bench("ctc_draft", num_samples=41, progress=lambda *a: None, settings={"test_set": "foreign"})

@@ -3,6 +3,10 @@
     python examples/make_asr_data.py                    # features -> runs/asr_data/train.pt (~3 min)
     python examples/train_asr.py --steps 3600           # ~75 min on 2 CPU cores; resumable
 
+Open vocabulary (the shipped asr-tiny): examples/make_open_asr_data.py, then fine-tune the closed-vocabulary
+model on it: python examples/train_asr.py --data runs/asr_open_data/train.pt --work-dir runs/asr_open \
+--init speech/bundled/asr_tiny --steps 3000 --lr 8e-4 --warmup 150
+
 Joint loss 0.3·CTC + 0.7·CE (label smoothing 0.1) with SpecAugment, AdamW, warm-up + cosine, bf16
 autocast on CPU. Batches hold up to `--batch-frames` feature frames of similar-length utterances. A
 checkpoint is written every `--checkpoint-every` steps; rerunning the same command resumes from it. The
@@ -71,14 +75,22 @@ def main(argv=None) -> None:
     parser.add_argument("--checkpoint-every", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default="", help="comma list of ASRModel overrides, e.g. decoder_layers=2")
+    parser.add_argument("--init", default=None,
+                        help="start from this saved model (e.g. speech/bundled/asr_tiny) instead of random "
+                             "weights; its feature normalisation is kept")
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
     overrides = {k: int(v) for k, v in (kv.split("=") for kv in args.config.split(",") if kv)}
     data = torch.load(args.data)
-    model = ASRModel(**overrides)
-    model.feature_mean.copy_(feature_statistics(data)[0])
-    model.feature_std.copy_(feature_statistics(data)[1])
+    if args.init is not None:
+        if overrides:
+            raise ValueError("--config cannot change a model given by --init")
+        model = ASRModel.from_pretrained(args.init).float()
+    else:
+        model = ASRModel(**overrides)
+        model.feature_mean.copy_(feature_statistics(data)[0])
+        model.feature_std.copy_(feature_statistics(data)[1])
     tokenizer = CharTokenizer()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     augment = torch.nn.Sequential(torchaudio.transforms.FrequencyMasking(15),

@@ -3,8 +3,9 @@
 One encoder pass gives both the CTC posteriors and the decoder's conditioning. Per utterance:
 
 1. **Gate.** If the CTC posteriors are confident — the maximum (or, with ``gate="mean"``, the mean)
-   frame entropy over the utterance's own frames is at most ``tau`` — and the greedy CTC hypothesis is not
-   empty, the hypothesis is the transcript; the decoder never runs.
+   frame entropy over the utterance's own frames, or with ``gate="token"`` the surprise −log p of the least
+   sure emitted token, is at most ``tau`` — and the greedy CTC hypothesis is not empty, the hypothesis is
+   the transcript; the decoder never runs.
 2. **Verify.** Otherwise the hypothesis (re-tokenized into the decoder's vocabulary when they differ),
    followed by end-of-text, is fed to the decoder in one forward. ``strict`` keeps the longest prefix that
    equals the decoder's greedy choice (lossless: identical to plain AR greedy decoding); ``relaxed`` also
@@ -13,7 +14,8 @@ One encoder pass gives both the CTC posteriors and the decoder's conditioning. P
    on the verify pass's KV cache, cropped to the kept prefix (the public notebooks restart from scratch):
    with ``resync`` (default) the rest of the hypothesis, re-aligned past the correction, is drafted and
    verified again, so one slip costs one more pass; without it, plain AR finishes the utterance (the
-   paper's procedure).
+   paper's procedure). With ``backoff`` (default), a row whose passes keep failing drafts short probes
+   with growing pauses between them, so speech the CTC head gets wrong costs about what AR does.
 
 Rows are independent: each has its own gate decision, its own kept prefix and its own AR tail, and rows
 that finish leave the batch. ``mode="ctc"`` returns the CTC hypotheses (the speed ceiling).
@@ -38,7 +40,7 @@ from mmspec.common.registry import field_choices, field_range, register_plugin
 from mmspec.common.stats import DecodeStats
 from mmspec.speech.structure import GATED_ROWS, CTCTranscript
 
-from .kernels import ctc_greedy, floor_accept
+from .kernels import ctc_greedy, emitted_token_surprise, floor_accept
 
 __all__ = ["CTCDraftDecoder", "CTCDraftPlugin", "CTCHypothesisDrafter", "OneHotDraftSampling", "ProbabilityFloor",
            "ctc_hypotheses"]
@@ -74,21 +76,44 @@ class OneHotDraftSampling(SpeculativeSampling):
     needs_draft_probs = False
 
 
+# Back-off of re-drafting (``backoff=True``): a verify pass that keeps fewer than POOR_PASS_TOKENS draft tokens
+# (and not the whole draft) is poor. One poor pass is usually a single slip in a good hypothesis (the re-aligned
+# rest is then right), so the first one changes nothing; after POOR_PASSES_TO_BACK_OFF in a row the hypothesis
+# is treated as unreliable: the row drafts PROBE_TOKENS at a time and skips re-drafting for 1, 2, 4, ...
+# MAX_PAUSE_STEPS steps between tries (those steps are plain AR: width 1, nothing wasted). A pass that keeps
+# POOR_PASS_TOKENS or more restores full drafts. Speech a model cannot transcribe then costs about what AR does.
+POOR_PASS_TOKENS = 4
+POOR_PASSES_TO_BACK_OFF = 2
+PROBE_TOKENS = 8
+MAX_PAUSE_STEPS = 32
+
+
 class CTCHypothesisDrafter(Drafter):
     """Proposes each row's CTC hypothesis (+ end-of-text). Without `resync` it does so once, and AR
     finishes the utterance after the first rejected token. With `resync`, after a rejection it drafts the
     rest of the hypothesis again, aligned past the decoder's correction c of hypothesis token h[j]:
     c == h[j+1] means CTC inserted h[j] (continue after h[j+1]); c a word boundary the hypothesis lacks
-    means CTC merged two words (continue at h[j]); otherwise a substitution (continue at h[j+1]). Every
-    draft is verified, so the alignment guess only affects speed, never the output."""
+    means CTC merged two words (continue at h[j]); otherwise a substitution (continue at h[j+1]). Steps that
+    draft nothing move the cursor by the same rules. With `backoff` (needs `resync`), rows whose drafts keep
+    failing draft short probes with pauses between them (see POOR_PASS_TOKENS). Every draft is verified, so
+    the alignment guess and the back-off only affect speed, never the output."""
 
     def __init__(self, hypotheses: list[list[int]], pad_id: int, resync: bool = False,
-                 boundary_ids: tuple = ()):
+                 boundary_ids: tuple = (), backoff: bool = False):
+        if backoff and not resync:
+            raise ValueError("backoff needs resync=True (without resync a row drafts once and never again)")
         self.hyps = [list(h) for h in hypotheses]
         self.pad_id = pad_id
         self.resync = resync
+        self.backoff = backoff
         self.boundary_ids = set(boundary_ids)
-        self.cursor = [0] * len(self.hyps)  # index in the hypothesis of the next position's draft
+        rows = len(self.hyps)
+        self.cursor = [0] * rows  # index in the hypothesis of the next position's draft
+        self.drafted = [0] * rows  # draft tokens each row proposed in the step being verified
+        self.poor_passes = [0] * rows  # poor verify passes in a row
+        self.window: list[int | None] = [None] * rows  # longest draft a row may propose (None: no limit)
+        self.pause = [0] * rows  # steps left before a backed-off row drafts again
+        self.next_pause = [1] * rows
         self.proposed = False
 
     @property
@@ -103,14 +128,22 @@ class CTCHypothesisDrafter(Drafter):
         self.proposed = True
         # A row needs at most remaining − 1 drafts: the verify pass adds one token of its own.
         cap = (ctx.remaining - 1).tolist()
-        rows = [h[c:][: max(0, n)] for h, c, n in zip(self.hyps, self.cursor, cap)]
-        width = max(len(r) for r in rows)
+        rows = []
+        for b, (h, c, n) in enumerate(zip(self.hyps, self.cursor, cap)):
+            if self.pause[b] > 0:
+                self.pause[b] -= 1
+                n = 0
+            elif self.window[b] is not None:
+                n = min(n, self.window[b])
+            rows.append(h[c:][: max(0, n)])
+        self.drafted = [len(r) for r in rows]
+        width = max(self.drafted)
         if width == 0:
             return Draft(tokens=torch.empty(batch, 0, dtype=torch.long, device=device))
         tokens = torch.full((batch, width), self.pad_id, dtype=torch.long)
         for i, r in enumerate(rows):
             tokens[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-        return Draft(tokens=tokens.to(device), lengths=torch.tensor([len(r) for r in rows], device=device))
+        return Draft(tokens=tokens.to(device), lengths=torch.tensor(self.drafted, device=device))
 
     def commit(self, ctx, acceptance, target_probs=None, output=None):
         if not self.resync:
@@ -126,11 +159,23 @@ class CTCHypothesisDrafter(Drafter):
                 self.cursor[b] = j
             else:
                 self.cursor[b] = j + 1
+            if self.backoff and self.drafted[b] > 0:
+                self._after_pass(b, num)
+
+    def _after_pass(self, b: int, num_accepted: int) -> None:
+        if num_accepted >= min(POOR_PASS_TOKENS, self.drafted[b]):
+            self.poor_passes[b], self.window[b], self.next_pause[b] = 0, None, 1
+            return
+        self.poor_passes[b] += 1
+        if self.poor_passes[b] >= POOR_PASSES_TO_BACK_OFF:
+            self.window[b] = PROBE_TOKENS
+            self.pause[b] = self.next_pause[b]
+            self.next_pause[b] = min(2 * self.next_pause[b], MAX_PAUSE_STEPS)
 
     def select_rows(self, rows):
         keep = rows.tolist()
-        self.hyps = [self.hyps[i] for i in keep]
-        self.cursor = [self.cursor[i] for i in keep]
+        for name in ("hyps", "cursor", "drafted", "poor_passes", "window", "pause", "next_pause"):
+            setattr(self, name, [getattr(self, name)[i] for i in keep])
 
 
 @dataclass
@@ -139,6 +184,11 @@ class CTCHypotheses:
     max_entropy: torch.Tensor  # [B] float32
     mean_entropy: torch.Tensor  # [B] float32
     empty: torch.Tensor  # [B] bool: the CTC hypothesis has no token
+    token_surprise: torch.Tensor  # [B] float32: −log of the least sure emitted token's posterior
+
+    def statistic(self, gate: str) -> torch.Tensor:
+        """The gate statistic named by ``gate`` (lower = more confident)."""
+        return {"max": self.max_entropy, "mean": self.mean_entropy, "token": self.token_surprise}[gate]
 
 
 def ctc_hypotheses(recognizer, encoded) -> CTCHypotheses:
@@ -146,7 +196,8 @@ def ctc_hypotheses(recognizer, encoded) -> CTCHypotheses:
     tokens, counts, max_h, mean_h = ctc_greedy(encoded.ctc_logits, encoded.ctc_lengths, recognizer.ctc_blank_id)
     ids = [recognizer.ctc_to_decoder_ids(tokens[b, : int(counts[b])].tolist()) for b in range(tokens.shape[0])]
     empty = torch.tensor([len(x) == 0 for x in ids])
-    return CTCHypotheses(ids, max_h.cpu(), mean_h.cpu(), empty)
+    surprise = emitted_token_surprise(encoded.ctc_logits, encoded.ctc_lengths, recognizer.ctc_blank_id)
+    return CTCHypotheses(ids, max_h.cpu(), mean_h.cpu(), empty, surprise.cpu())
 
 
 class CTCDraftDecoder:
@@ -171,7 +222,7 @@ class CTCDraftDecoder:
         hyps = ctc_hypotheses(self.recognizer, self.encoded)
         draft_time = time.perf_counter() - begin
         batch = len(hyps.ids)
-        statistic = hyps.max_entropy if config.gate == "max" else hyps.mean_entropy
+        statistic = hyps.statistic(config.gate)
         if config.mode == "ctc":
             final = torch.ones(batch, dtype=torch.bool)
         elif self.plugin.tau is None:
@@ -191,7 +242,8 @@ class CTCDraftDecoder:
                 GreedyMatch() if logits.greedy else OneHotDraftSampling())
             drafts = [hyps.ids[b] + [eos] for b in rows.tolist()]
             drafter = CTCHypothesisDrafter(drafts, pad_id=eos, resync=config.resync,
-                                           boundary_ids=tuple(self.recognizer.word_boundary_ids))
+                                           boundary_ids=tuple(self.recognizer.word_boundary_ids),
+                                           backoff=config.backoff and config.resync)
             target = self.recognizer.decoder(self.encoded, rows)
             loop = SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=drafter.width,
                                       eos_token_id=eos, pad_token_id=eos)
@@ -231,11 +283,17 @@ class CTCDraftPlugin(Plugin):
         tau: float | str | None = dataclasses.field(default="auto", metadata={
             "doc": "entropy gate in nats: a number >= 0, None (off) or 'auto' (off for strict, "
                    "RELAXED_DEFAULT_TAU for relaxed)"})
-        gate: str = field_choices(("max", "mean"), default="max", doc="frame-entropy statistic the gate reads")
+        gate: str = field_choices(("max", "mean", "token"), default="max",
+                                  doc="statistic the gate reads: max or mean frame entropy, or token: −log of "
+                                      "the least sure emitted token's posterior")
         floor: float = field_range(0.0, 1.0, default=0.1, doc="relaxed mode: decoder probability floor")
         resync: bool = field_choices((True, False), default=True,
                                      doc="after a rejected token, draft the rest of the CTC hypothesis again "
                                          "(aligned past the correction) instead of finishing in AR")
+        backoff: bool = field_choices((True, False), default=True,
+                                      doc="with resync: after two poor verify passes in a row, draft short "
+                                          "probes with growing pauses, so poor hypotheses cost about what "
+                                          "AR does")
 
     bench_default_variants = (
         {"batch_size": 1, "settings": {"mode": "strict"}},
@@ -243,6 +301,13 @@ class CTCDraftPlugin(Plugin):
         {"batch_size": 1, "settings": {"mode": "ctc"}},
         {"batch_size": 8, "settings": {"mode": "strict"}},
         {"batch_size": 8, "settings": {"mode": "relaxed"}},
+        # Speech unlike the training data: other text, other voices; then speech the model cannot transcribe.
+        {"batch_size": 1, "settings": {"mode": "strict", "test_set": "out_of_domain"}},
+        {"batch_size": 1, "settings": {"mode": "relaxed", "test_set": "out_of_domain"}},
+        {"batch_size": 1, "settings": {"mode": "ctc", "test_set": "out_of_domain"}},
+        {"batch_size": 8, "settings": {"mode": "strict", "test_set": "out_of_domain"}},
+        {"batch_size": 1, "num_samples": 40, "settings": {"mode": "strict", "test_set": "foreign"}},
+        {"batch_size": 1, "num_samples": 40, "settings": {"mode": "strict", "test_set": "noise"}},
     )
     bench_variants = tuple(
         [{"batch_size": 1, "settings": {"mode": "relaxed", "tau": t}} for t in (0.5, 2.0, math.inf)]
@@ -250,6 +315,9 @@ class CTCDraftPlugin(Plugin):
         + [{"batch_size": 1, "settings": {"mode": "relaxed", "floor": f}} for f in (0.01, 0.3, 0.6)]
         + [{"batch_size": 1, "settings": {"mode": "strict", "tau": 1.0}}]
         + [{"batch_size": 1, "settings": {"mode": m, "resync": False}} for m in ("strict", "relaxed")]
+        + [{"batch_size": 1, "settings": {"mode": "strict", "backoff": False, "test_set": t}}
+           for t in ("in_domain", "out_of_domain")]
+        + [{"batch_size": 1, "settings": {"mode": "relaxed", "gate": "token", "tau": t}} for t in (0.5, 1.5)]
         + [{"batch_size": 8, "settings": {"mode": "strict", "resync": False}}]
         + [{"batch_size": 1, "model": "whisper-tiny-random", "settings": {"mode": "strict"}}]
     )

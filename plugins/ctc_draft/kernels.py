@@ -51,6 +51,20 @@ def ctc_greedy_reference(logits, lengths, blank: int):
     return tokens, counts, max_entropy, mean_entropy
 
 
+def emitted_token_surprise(logits: torch.Tensor, lengths: torch.Tensor, blank: int) -> torch.Tensor:
+    """[B] −log of the smallest posterior among the frames where greedy CTC emits a token (0 for a row that
+    emits none): how unsure the least sure emitted token was. A wrong hypothesis usually has one unsure
+    token among confident ones, which the mean frame entropy averages away and the maximum frame entropy
+    confuses with unsure blank frames (see BENCHMARKS.md for the AUROC of each)."""
+    frames = logits.shape[1]
+    valid = torch.arange(frames, device=logits.device)[None, :] < lengths.to(logits.device)[:, None]
+    logp = logits.float().log_softmax(-1)
+    best_logp, best = logp.max(-1)
+    previous = torch.cat([torch.full_like(best[:, :1], -1), best[:, :-1]], 1)
+    emit = valid & (best != blank) & (best != previous)
+    return torch.where(emit, -best_logp, torch.zeros_like(best_logp)).amax(1)
+
+
 def floor_accept_reference(draft_tokens, target_probs, floor: float, lengths):
     """draft_tokens [B, K]; target_probs [B, K+1, V]; lengths [B] -> (num_accepted [B], tokens [B, K+1] -1 padded)."""
     k = draft_tokens.shape[1]

@@ -369,3 +369,104 @@ def test_resync_alignment_rules():
     nxt = drafter.propose(ctx)
     assert nxt.lengths.tolist() == [3, 2, 4, 0]
     assert nxt.tokens[0, :3].tolist() == [12, 13, EOS] and nxt.tokens[2, :4].tolist() == [11, 12, 13, EOS]
+
+
+def test_backoff_probes_and_pauses_after_poor_passes_then_recovers():
+    from mmspec.common.draft import StepContext
+    from mmspec.plugins.ctc_draft import (MAX_PAUSE_STEPS, POOR_PASS_TOKENS, PROBE_TOKENS,
+                                          CTCHypothesisDrafter)
+
+    garbage = list(range(10, 30)) * 30  # 600 tokens the decoder never agrees with
+    good = list(range(10, 70))
+    drafter = CTCHypothesisDrafter([garbage, good], pad_id=EOS, resync=True, backoff=True)
+    ctx = StepContext(last_tokens=torch.ones(2, dtype=torch.long), positions=torch.zeros(2, dtype=torch.long),
+                      num_draft_tokens=600, logits=LogitsPipeline(), generator=None, remaining=torch.full((2,), 1000))
+
+    def step(accept_row0, accept_row1):
+        draft = drafter.propose(ctx)
+        lengths = [0, 0] if draft.lengths is None else draft.lengths.tolist()
+        num = torch.tensor([min(accept_row0, lengths[0]), min(accept_row1, lengths[1])])
+        tokens = torch.full((2, 601), -1)
+        tokens[:, 0] = 99  # the decoder's correction: never a hypothesis token
+        drafter.commit(ctx, Acceptance(num, tokens))
+        return lengths
+
+    # Row 0 keeps nothing; row 1 keeps a long prefix each time and is never limited.
+    assert step(0, 30) == [600, 60]
+    assert step(0, POOR_PASS_TOKENS) == [599, 29]  # second poor pass: row 0 backs off after it
+    lengths = [step(0, POOR_PASS_TOKENS) for _ in range(300)]
+    row0 = [a for a, _ in lengths]
+    assert row0[0] == 0  # a pause of one step, then probes of PROBE_TOKENS with doubling pauses between
+    probes = [i for i, n in enumerate(row0) if n > 0]
+    assert {row0[i] for i in probes} == {PROBE_TOKENS}
+    gaps = [b - a - 1 for a, b in zip(probes, probes[1:])]
+    assert gaps[:6] == [2, 4, 8, 16, MAX_PAUSE_STEPS, MAX_PAUSE_STEPS] and max(gaps) == MAX_PAUSE_STEPS
+    assert len(probes) == 13  # 13 probes of 8 tokens in 300 steps instead of 300 drafts of ~500
+    assert lengths[0][1] > PROBE_TOKENS and drafter.window[1] is None  # the good row is never limited
+    # One good pass restores full drafts.
+    drafter.pause[0] = 0
+    step(PROBE_TOKENS, 0)
+    assert drafter.window[0] is None and drafter.propose(ctx).lengths[0] > PROBE_TOKENS
+    with pytest.raises(ValueError, match="backoff needs resync"):
+        CTCHypothesisDrafter([good], pad_id=EOS, resync=False, backoff=True)
+
+
+def test_backoff_stays_lossless_on_unrelated_hypotheses(audio):
+    """Hypotheses that have nothing to do with the audio (the out-of-domain worst case): strict is still
+    plain AR token for token, with and without back-off, and back-off verifies far fewer draft tokens."""
+    recognizer = BundledRecognizer(tiny_asr_model(sharpen=8.0))
+    ar = run(recognizer, audio, max_new_tokens=48)
+    unrelated = [[3 + (7 * i + b) % 28 for i in range(40)] for b in range(4)]
+    kwargs = {"mode": "strict", "tau": None}
+    always = run(PlantedCTC(recognizer, unrelated), audio, {**kwargs, "backoff": False}, max_new_tokens=48)
+    backoff = run(PlantedCTC(recognizer, unrelated), audio, kwargs, max_new_tokens=48)
+    assert backoff.sequences == always.sequences == ar.sequences
+    for b in range(4):  # batch 1: each row's drafts and pauses are its own
+        alone = run(PlantedCTC(recognizer, unrelated[b:b + 1]), audio[b:b + 1], kwargs, batch_size=1,
+                    max_new_tokens=48)
+        assert alone.sequences == ar.sequences[b:b + 1]
+    assert backoff.stats.target_width < 0.5 * always.stats.target_width
+
+
+def test_token_surprise_by_hand():
+    from mmspec.plugins.ctc_draft.kernels import emitted_token_surprise
+
+    # Frames: blank, a (p = .9), a (repeat: not an emission), blank (p = .4, unsure but no token), b (p = .6).
+    probs = torch.tensor([[[0.8, 0.1, 0.1], [0.05, 0.9, 0.05], [0.1, 0.8, 0.1], [0.4, 0.3, 0.3],
+                           [0.2, 0.2, 0.6], [0.1, 0.1, 0.8]]])
+    got = emitted_token_surprise(probs.log(), torch.tensor([5]), blank=0)  # the 6th frame is padding
+    torch.testing.assert_close(got, -torch.tensor([0.6]).log())
+    assert emitted_token_surprise(probs.log(), torch.tensor([1]), blank=0).tolist() == [0.0]  # nothing emitted
+
+
+def test_gate_calibration_by_hand():
+    from mmspec.plugins.ctc_draft.calibrate import auroc, calibrate_tau, gate_outcome
+
+    assert auroc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
+    assert auroc([0.1, 0.2, 0.9, 0.8], [True, True, False, False]) == 0.0
+    assert auroc([0.5, 0.5, 0.5], [True, False, False]) == 0.5  # ties count half
+    assert auroc([0.3, 0.7, 0.5, 0.6], [True, True, False, False]) == 0.5
+    with pytest.raises(ValueError, match="both classes"):
+        auroc([0.1, 0.2], [True, True])
+    records = [{"token": s, "wrong": w} for s, w in
+               [(0.1, False), (0.2, False), (0.3, True), (0.4, False), (0.5, False), (0.6, True), (0.9, True)]]
+    assert calibrate_tau(records, "token", 0.0) == 0.2
+    assert calibrate_tau(records, "token", 0.25) == 0.5  # 1 wrong of 5
+    assert calibrate_tau(records, "token", 1.0) == 0.9
+    assert calibrate_tau([{"token": 0.1, "wrong": True}], "token", 0.5) is None
+    tied = [{"token": 0.2, "wrong": False}, {"token": 0.2, "wrong": True}]
+    assert calibrate_tau(tied, "token", 0.0) is None  # a tie is taken whole or not at all
+    assert gate_outcome(records, "token", 0.5) == {"gated": 5 / 7, "wrong_among_gated": 0.2}
+    with pytest.raises(ValueError, match="statistic"):
+        calibrate_tau(records, "median", 0.1)
+
+
+def test_gate_records_mark_wrong_hypotheses():
+    from mmspec.plugins.ctc_draft.calibrate import gate_records
+
+    recognizer = BundledRecognizer(tiny_asr_model())
+    ids = [recognizer.text_to_decoder_ids("hi yo"), recognizer.text_to_decoder_ids("ok")]
+    encoded = PlantedCTC(recognizer, ids).encode(torch.zeros(2, 1600), torch.tensor([1600, 1600]))
+    records = gate_records(recognizer, encoded, ["Hi, yo!", "no"])
+    assert [r["wrong"] for r in records] == [False, True]
+    assert all(set(r) == {"max", "mean", "token", "wrong"} for r in records)

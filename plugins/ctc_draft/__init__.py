@@ -99,13 +99,14 @@ class CTCHypothesisDrafter(Drafter):
     the alignment guess and the back-off only affect speed, never the output."""
 
     def __init__(self, hypotheses: list[list[int]], pad_id: int, resync: bool = False,
-                 boundary_ids: tuple = (), backoff: bool = False):
+                 boundary_ids: tuple = (), backoff: bool = False, redraft_tokens: int | None = None):
         if backoff and not resync:
             raise ValueError("backoff needs resync=True (without resync a row drafts once and never again)")
         self.hyps = [list(h) for h in hypotheses]
         self.pad_id = pad_id
         self.resync = resync
         self.backoff = backoff
+        self.redraft_tokens = redraft_tokens  # longest re-draft after the first pass (None: the whole rest)
         self.boundary_ids = set(boundary_ids)
         rows = len(self.hyps)
         self.cursor = [0] * rows  # index in the hypothesis of the next position's draft
@@ -114,6 +115,7 @@ class CTCHypothesisDrafter(Drafter):
         self.window: list[int | None] = [None] * rows  # longest draft a row may propose (None: no limit)
         self.pause = [0] * rows  # steps left before a backed-off row drafts again
         self.next_pause = [1] * rows
+        self.passes = [0] * rows  # verify passes a row has drafted in
         self.proposed = False
 
     @property
@@ -135,8 +137,11 @@ class CTCHypothesisDrafter(Drafter):
                 n = 0
             elif self.window[b] is not None:
                 n = min(n, self.window[b])
+            if self.passes[b] > 0 and self.redraft_tokens is not None:
+                n = min(n, self.redraft_tokens)
             rows.append(h[c:][: max(0, n)])
         self.drafted = [len(r) for r in rows]
+        self.passes = [p + (d > 0) for p, d in zip(self.passes, self.drafted)]
         width = max(self.drafted)
         if width == 0:
             return Draft(tokens=torch.empty(batch, 0, dtype=torch.long, device=device))
@@ -174,7 +179,7 @@ class CTCHypothesisDrafter(Drafter):
 
     def select_rows(self, rows):
         keep = rows.tolist()
-        for name in ("hyps", "cursor", "drafted", "poor_passes", "window", "pause", "next_pause"):
+        for name in ("hyps", "cursor", "drafted", "poor_passes", "window", "pause", "next_pause", "passes"):
             setattr(self, name, [getattr(self, name)[i] for i in keep])
 
 
@@ -243,7 +248,8 @@ class CTCDraftDecoder:
             drafts = [hyps.ids[b] + [eos] for b in rows.tolist()]
             drafter = CTCHypothesisDrafter(drafts, pad_id=eos, resync=config.resync,
                                            boundary_ids=tuple(self.recognizer.word_boundary_ids),
-                                           backoff=config.backoff and config.resync)
+                                           backoff=config.backoff and config.resync,
+                                           redraft_tokens=config.redraft_tokens or None)
             target = self.recognizer.decoder(self.encoded, rows)
             loop = SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=drafter.width,
                                       eos_token_id=eos, pad_token_id=eos)
@@ -290,6 +296,10 @@ class CTCDraftPlugin(Plugin):
         resync: bool = field_choices((True, False), default=True,
                                      doc="after a rejected token, draft the rest of the CTC hypothesis again "
                                          "(aligned past the correction) instead of finishing in AR")
+        redraft_tokens: int = field_range(0, 4096, default=0,
+                                          doc="with resync: the longest re-draft after a row's first verify "
+                                              "pass (0: the whole rest of the hypothesis); a short re-draft "
+                                              "keeps a batch's verify passes narrow")
         backoff: bool = field_choices((True, False), default=True,
                                       doc="with resync: after two poor verify passes in a row, draft short "
                                           "probes with growing pauses, so poor hypotheses cost about what "

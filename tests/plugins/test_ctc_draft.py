@@ -470,3 +470,20 @@ def test_gate_records_mark_wrong_hypotheses():
     records = gate_records(recognizer, encoded, ["Hi, yo!", "no"])
     assert [r["wrong"] for r in records] == [False, True]
     assert all(set(r) == {"max", "mean", "token", "wrong"} for r in records)
+
+
+def test_redraft_tokens_caps_only_the_drafts_after_the_first_pass(audio):
+    from mmspec.common.draft import StepContext
+    from mmspec.plugins.ctc_draft import CTCHypothesisDrafter
+
+    hyps = [list(range(10, 30)), list(range(10, 30))]
+    drafter = CTCHypothesisDrafter(hyps, pad_id=EOS, resync=True, redraft_tokens=3)
+    ctx = StepContext(last_tokens=torch.ones(2, dtype=torch.long), positions=torch.zeros(2, dtype=torch.long),
+                      num_draft_tokens=20, logits=LogitsPipeline(), generator=None, remaining=torch.full((2,), 50))
+    assert drafter.propose(ctx).lengths.tolist() == [20, 20]
+    drafter.commit(ctx, Acceptance(torch.tensor([5, 20]), torch.full((2, 21), 99)))
+    assert drafter.propose(ctx).lengths.tolist() == [3, 0]  # row 1's hypothesis is used up
+    # Lossless whatever the cap: real CTC drafts of a tiny model, strict, batch 4.
+    recognizer = BundledRecognizer(tiny_asr_model(sharpen=8.0))
+    ar = run(recognizer, audio)
+    assert run(recognizer, audio, {"mode": "strict", "redraft_tokens": 2}).sequences == ar.sequences

@@ -5,7 +5,7 @@
 
 Open vocabulary (the shipped asr-tiny): examples/make_open_asr_data.py, then fine-tune the closed-vocabulary
 model on it: python examples/train_asr.py --data runs/asr_open_data/train.pt --work-dir runs/asr_open \
---init speech/bundled/asr_tiny --steps 3000 --lr 8e-4 --warmup 150
+--init speech/bundled/asr_tiny --steps 1250 --lr 8e-4 --warmup 100 --autocast none
 
 Joint loss 0.3·CTC + 0.7·CE (label smoothing 0.1) with SpecAugment, AdamW, warm-up + cosine, bf16
 autocast on CPU. Batches hold up to `--batch-frames` feature frames of similar-length utterances. A
@@ -75,6 +75,9 @@ def main(argv=None) -> None:
     parser.add_argument("--checkpoint-every", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default="", help="comma list of ASRModel overrides, e.g. decoder_layers=2")
+    parser.add_argument("--autocast", choices=("bf16", "none"), default="bf16",
+                        help="bf16 autocast (fast where the CPU has bf16 matrix units) or plain float32 (CPUs "
+                             "without them run bf16 matmuls ~100x slower)")
     parser.add_argument("--init", default=None,
                         help="start from this saved model (e.g. speech/bundled/asr_tiny) instead of random "
                              "weights; its feature normalisation is kept")
@@ -124,7 +127,7 @@ def main(argv=None) -> None:
         batch = collate(data, epoch_batches[index], model, tokenizer, augment, None)
         for group in optimizer.param_groups:
             group["lr"] = warmup_cosine_lr(step, args.steps, args.lr, args.warmup)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
             loss, ctc, ce = joint_loss(model, batch)
         ctc, ce = ctc.detach(), ce.detach()
         optimizer.zero_grad(set_to_none=True)

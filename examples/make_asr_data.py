@@ -18,8 +18,7 @@ import time
 
 import torch
 
-from mmspec.speech.asr_model import LogMel
-from mmspec.speech.data import (closed_vocabulary_sentences, render_corpus, split_sentences,
+from mmspec.speech.data import (closed_vocabulary_sentences, render_features, split_sentences,
                                 write_test_set)
 
 
@@ -43,18 +42,12 @@ def main(argv=None) -> None:
     if args.test_dir:
         write_test_set(args.test_dir, test)
 
-    logmel = LogMel()
-    feats, offsets, texts, start = [], [0], [], time.time()
-    for index, text, wave, _ in render_corpus(train, args.renditions, seed=0, processes=args.processes):
-        f = logmel(torch.from_numpy(wave)[None])[0].to(torch.float16)
-        feats.append(f)
-        offsets.append(offsets[-1] + f.shape[0])
-        texts.append(text)
-        if (index + 1) % 2000 == 0:
-            print(f"{index + 1} utterances, {offsets[-1] / 360000:.1f} h, {time.time() - start:.0f} s", flush=True)
+    start = time.time()
+    data = render_features(train, args.renditions, seed=0, processes=args.processes,
+                           log=lambda m: print(m, flush=True))
     os.makedirs(args.out, exist_ok=True)
-    torch.save({"feats": torch.cat(feats), "offsets": torch.tensor(offsets), "texts": texts},
-               os.path.join(args.out, "train.pt"))
+    torch.save(data, os.path.join(args.out, "train.pt"))
+    texts, offsets = data["texts"], data["offsets"]
     print(f"wrote {len(texts)} utterances ({offsets[-1] / 360000:.1f} h) in {time.time() - start:.0f} s")
 
 

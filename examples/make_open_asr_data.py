@@ -26,11 +26,10 @@ import time
 
 import torch
 
-from mmspec.speech.asr_model import LogMel
 from mmspec.speech.corpus import (BUNDLED_OPEN_TRAIN, description_sentences, docstring_sentences,
                                   read_sentence_list, write_sentence_list)
 from mmspec.speech.data import (BASE_VOICES, OUT_OF_DOMAIN_VOICES, VOICE_VARIANTS, VoiceMix,
-                                closed_vocabulary_sentences, load_test_set, render_corpus, split_sentences,
+                                closed_vocabulary_sentences, load_test_set, render_features, split_sentences,
                                 write_test_set)
 from mmspec.speech.text import fortune_sentences
 
@@ -92,19 +91,13 @@ def main(argv=None) -> None:
         train = train[: args.limit]
     print(f"{len(train)} training sentences", flush=True)
 
-    logmel = LogMel()
     voices = VoiceMix(BASE_VOICES, VOICE_VARIANTS, piper_share=args.piper_share)
-    feats, offsets, texts, start = [], [0], [], time.time()
-    for index, text, wave, _ in render_corpus(train, 1, seed=10, processes=args.processes, voices=voices):
-        f = logmel(torch.from_numpy(wave)[None])[0].to(torch.float16)
-        feats.append(f)
-        offsets.append(offsets[-1] + f.shape[0])
-        texts.append(text)
-        if (index + 1) % 2000 == 0:
-            print(f"{index + 1} utterances, {offsets[-1] / 360000:.1f} h, {time.time() - start:.0f} s", flush=True)
+    start = time.time()
+    data = render_features(train, 1, seed=10, processes=args.processes, voices=voices,
+                           log=lambda m: print(m, flush=True))
     os.makedirs(args.out, exist_ok=True)
-    torch.save({"feats": torch.cat(feats), "offsets": torch.tensor(offsets), "texts": texts},
-               os.path.join(args.out, "train.pt"))
+    torch.save(data, os.path.join(args.out, "train.pt"))
+    texts, offsets = data["texts"], data["offsets"]
     print(f"wrote {len(texts)} utterances ({offsets[-1] / 360000:.1f} h) in {time.time() - start:.0f} s")
 
 

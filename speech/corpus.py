@@ -45,7 +45,8 @@ _MONEY = re.compile(r"\$(\d+)(?:\.(\d\d))?\b")
 _ORDINAL = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
 _NUMBER = re.compile(r"\b\d+(?:,\d{3})*(?:\.\d+)?\b")
 # Anything that marks code, markup or an identifier: the sentence is dropped rather than read out oddly.
-_CODE = re.compile(r"[_`<>{}\[\]|\\/*~^]|[A-Za-z]\.[A-Za-z]|\d[A-Za-z]|[A-Za-z]\d|\d\.[A-Za-z]|\w\(|::|>>>|[a-z][A-Z]|\b[A-Z]{2,}\b|https?:|www\.")
+_CODE = re.compile(r"[_`<>{}\[\]|\\/*~^]|[A-Za-z]\.[A-Za-z]|\d[A-Za-z]|[A-Za-z]\d|\d\.[A-Za-z]|\w\(|::|>>>"
+                   r"|[a-z][A-Z]|\b[A-Z]{2,}\b|https?:|www\.")
 _SPEAKABLE = re.compile(r"^[a-z' ]+$")
 _TYPOGRAPHIC = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": " - ",
                               "\u2014": " - ", "\u2026": "...", "\u00a0": " "})

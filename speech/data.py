@@ -258,6 +258,26 @@ def render_corpus(sentences: list[str], renditions_per_sentence: int, seed: int,
         yield from pool.imap(_render_one, jobs, chunksize=16)
 
 
+def render_features(sentences: list[str], renditions_per_sentence: int, seed: int, processes: int = 2,
+                    voices: VoiceMix | None = None, log=print) -> dict:
+    """Speak a corpus and keep only its log-mel features (unnormalised, fp16), so training needs no audio:
+    ``{"feats": [frames, n_mels], "offsets": [N+1], "texts": [N]}`` (utterance i is feats[offsets[i]:offsets[i+1]])."""
+    import time
+
+    from .asr_model import LogMel
+
+    logmel = LogMel()
+    feats, offsets, texts, start = [], [0], [], time.time()
+    for index, text, wave, _ in render_corpus(sentences, renditions_per_sentence, seed, processes, voices):
+        f = logmel(torch.from_numpy(wave)[None])[0].to(torch.float16)
+        feats.append(f)
+        offsets.append(offsets[-1] + f.shape[0])
+        texts.append(text)
+        if (index + 1) % 2000 == 0:
+            log(f"{index + 1} utterances, {offsets[-1] / 360000:.1f} h, {time.time() - start:.0f} s")
+    return {"feats": torch.cat(feats), "offsets": torch.tensor(offsets), "texts": texts}
+
+
 def write_test_set(directory: str, sentences: list[str], seed: int = 1, voices: VoiceMix | None = None,
                    sources: list[str] | None = None) -> None:
     """Write one rendition per test sentence as 16 kHz Ogg Vorbis plus ``transcripts.jsonl`` (with each

@@ -361,7 +361,8 @@ class ASRPipeline(Pipeline):
         texts = [self.recognizer.decoder_ids_to_text(s) for s in sequences]
         if any(not row["text"] for row in inputs):  # noise: no words to get right, only words made up
             words = [len(normalize_text(t).split()) for t in texts]
-            return {"words_per_clip": sum(words) / len(words), PER_SAMPLE: {"words_per_clip": (words, [1] * len(words))}}
+            return {"words_per_clip": sum(words) / len(words),
+                    PER_SAMPLE: {"words_per_clip": (words, [1] * len(words))}}
         counts = error_counts([row["text"] for row in inputs], texts)
         return {**rates_of(counts), PER_SAMPLE: counts}
 

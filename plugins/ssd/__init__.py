@@ -94,7 +94,8 @@ class SpatialDrafter(Drafter):
                  tree: TreeSpec | None = None):
         self.heads = heads
         self.tree = tree
-        if tree is not None:  # node n (numbered level by level from 1) drafts position depth(n) − 1's rank(n) candidate
+        if tree is not None:  # node n (numbered level by level from 1) drafts position depth(n) − 1's
+            # candidate of rank rank(n)
             nodes = [n for level in tree.levels[1:] for n in level]
             if nodes != list(range(1, tree.num_nodes + 1)):
                 raise ValueError("the tree must number its nodes level by level (TreeSpec does)")

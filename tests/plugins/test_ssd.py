@@ -38,8 +38,8 @@ def random_heads(model, width, seed=1):
     return heads.eval()
 
 
-def ssd_decoder(model, heads, logits, grid, k, guidance=None):
-    plugin = get_plugin_class("ssd")(num_draft_tokens=k)
+def ssd_decoder(model, heads, logits, grid, k, guidance=None, branching=""):
+    plugin = get_plugin_class("ssd")(num_draft_tokens=k, tree_branching=branching)
     plugin._heads = heads
     target = LlamaGenAdapter(model)
     if guidance is not None:
@@ -214,12 +214,7 @@ def test_train_ssd_heads_for_a_hf_model_resumes_to_identical_weights(tmp_path):
 
 
 def ssd_tree_decoder(model, heads, logits, grid, branching, guidance=None):
-    plugin = get_plugin_class("ssd")(tree_branching=branching)
-    plugin._heads = heads
-    target = LlamaGenAdapter(model)
-    if guidance is not None:
-        target = CFGModel(target, guidance)
-    return build_decoder(plugin, target, logits, grid=grid)
+    return ssd_decoder(model, heads, logits, grid, 1, guidance, branching=branching)
 
 
 @pytest.mark.parametrize("branching,guidance", [("3,2", None), ("2,2,1", 2.5), ("4", None)])

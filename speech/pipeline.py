@@ -367,10 +367,11 @@ class ASRPipeline(Pipeline):
         return {**rates_of(counts), PER_SAMPLE: counts}
 
     def bench_summary(self, inputs: list[dict], stats: DecodeStats, seconds: float) -> dict:
-        """Real-time factor over the same audio (durations), and the share of rows a gate finished."""
+        """Real-time factor over the same audio (durations), and the share of decoded utterances a gate
+        finished (an input split into several utterances counts each)."""
         audio = sum(audio_seconds(row["audio"]) for row in inputs)
         return {"inverse_rtf": audio / max(seconds, 1e-9),
-                "gated_fraction": stats.extra.get(GATED_ROWS, 0) / len(inputs)}
+                "gated_fraction": stats.extra.get(GATED_ROWS, 0) / max(1, stats.num_rows)}
 
     @classmethod
     def bench_sections(cls, results: list[dict]) -> list[tuple[str, str, str]]:

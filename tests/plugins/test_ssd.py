@@ -47,6 +47,10 @@ def ssd_decoder(model, heads, logits, grid, k, guidance=None, branching=""):
     return build_decoder(plugin, target, logits, grid=grid)
 
 
+def ssd_tree_decoder(model, heads, logits, grid, branching, guidance=None):
+    return ssd_decoder(model, heads, logits, grid, 1, guidance, branching=branching)
+
+
 def prompts(model, labels, guidance):
     cond = model.class_token(torch.tensor(labels))[:, None]
     if guidance is None:
@@ -55,18 +59,30 @@ def prompts(model, labels, guidance):
     return cond, (torch.cat([cond, uncond]), None)
 
 
-@pytest.mark.parametrize("k,guidance", [(1, None), (3, 2.5), (2, None)])
-def test_greedy_equals_ar(k, guidance):
+# Trees are listed with k = their depth: each must also accept at least as much as the chain of that depth.
+@pytest.mark.parametrize("k,guidance,branching", [
+    (1, None, None), (3, 2.5, None), (2, None, None),
+    (2, None, "3,2"), (3, 2.5, "2,2,1"), (1, None, "4"),
+])
+def test_greedy_equals_ar(k, guidance, branching):
     model = tiny_gen()
     heads = random_heads(model, GRID)
     cond, prefill = prompts(model, [0, 2, 1], guidance)
     greedy = LogitsPipeline(temperature=0)
     target = LlamaGenAdapter(model) if guidance is None else CFGModel(LlamaGenAdapter(model), guidance)
-    ar = build_decoder(get_plugin_class("ar")(), target, greedy).generate(
-        cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
-    out = ssd_decoder(model, heads, greedy, (GRID, GRID), k, guidance).generate(
-        cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
-    assert torch.equal(out.sequences, ar.sequences)
+
+    def generate(decoder):
+        return decoder.generate(cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
+
+    ar = generate(build_decoder(get_plugin_class("ar")(), target, greedy))
+    chain = generate(ssd_decoder(model, heads, greedy, (GRID, GRID), k, guidance))
+    assert torch.equal(chain.sequences, ar.sequences)
+    if branching is None:
+        return
+    assert len(branching.split(",")) == k
+    tree = generate(ssd_tree_decoder(model, heads, greedy, (GRID, GRID), branching, guidance))
+    assert torch.equal(tree.sequences, ar.sequences)
+    assert tree.stats.mean_accepted >= chain.stats.mean_accepted  # more candidates per position, same depth
 
 
 def test_drafts_come_from_the_row_above():
@@ -211,28 +227,6 @@ def test_train_ssd_heads_for_a_hf_model_resumes_to_identical_weights(tmp_path):
     assert torch.equal(out.tokens, ar.tokens) and out.stats.mean_accepted > 1
     with pytest.raises(ValueError, match="num_heldout must be an int >= 1, got 0"):
         train_ssd_heads(pipe, tmp_path / "x", num_heldout=0)
-
-
-def ssd_tree_decoder(model, heads, logits, grid, branching, guidance=None):
-    return ssd_decoder(model, heads, logits, grid, 1, guidance, branching=branching)
-
-
-@pytest.mark.parametrize("branching,guidance", [("3,2", None), ("2,2,1", 2.5), ("4", None)])
-def test_tree_greedy_equals_ar_and_beats_the_chain(branching, guidance):
-    model = tiny_gen()
-    heads = random_heads(model, GRID)
-    cond, prefill = prompts(model, [0, 2, 1], guidance)
-    greedy = LogitsPipeline(temperature=0)
-    target = LlamaGenAdapter(model) if guidance is None else CFGModel(LlamaGenAdapter(model), guidance)
-    ar = build_decoder(get_plugin_class("ar")(), target, greedy).generate(
-        cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
-    tree = ssd_tree_decoder(model, heads, greedy, (GRID, GRID), branching, guidance).generate(
-        cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
-    assert torch.equal(tree.sequences, ar.sequences)
-    depth = len(branching.split(","))
-    chain = ssd_decoder(model, heads, greedy, (GRID, GRID), depth, guidance).generate(
-        cond, max_new_tokens=GRID * GRID, prefill_input=prefill)
-    assert tree.stats.mean_accepted >= chain.stats.mean_accepted  # more candidates per position, same depth
 
 
 def test_tree_draft_nodes_are_each_positions_top_candidates():

@@ -16,9 +16,7 @@ import argparse
 import os
 import time
 
-import torch
-
-from mmspec.speech.data import (closed_vocabulary_sentences, render_features, split_sentences,
+from mmspec.speech.data import (closed_vocabulary_sentences, render_features, save_features, split_sentences,
                                 write_test_set)
 
 
@@ -45,10 +43,7 @@ def main(argv=None) -> None:
     start = time.time()
     data = render_features(train, args.renditions, seed=0, processes=args.processes,
                            log=lambda m: print(m, flush=True))
-    os.makedirs(args.out, exist_ok=True)
-    torch.save(data, os.path.join(args.out, "train.pt"))
-    texts, offsets = data["texts"], data["offsets"]
-    print(f"wrote {len(texts)} utterances ({offsets[-1] / 360000:.1f} h) in {time.time() - start:.0f} s")
+    save_features(data, args.out, started=start)
 
 
 if __name__ == "__main__":

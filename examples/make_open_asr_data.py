@@ -24,13 +24,11 @@ import os
 import random
 import time
 
-import torch
-
 from mmspec.speech.corpus import (BUNDLED_OPEN_TRAIN, description_sentences, docstring_sentences,
                                   read_sentence_list, write_sentence_list)
 from mmspec.speech.data import (BASE_VOICES, OUT_OF_DOMAIN_VOICES, VOICE_VARIANTS, VoiceMix,
-                                closed_vocabulary_sentences, load_test_set, render_features, split_sentences,
-                                write_test_set)
+                                closed_vocabulary_sentences, load_test_set, render_features, save_features,
+                                split_sentences, write_test_set)
 from mmspec.speech.text import fortune_sentences
 
 BUNDLED = os.path.join(os.path.dirname(__file__), "..", "speech", "bundled")
@@ -95,10 +93,7 @@ def main(argv=None) -> None:
     start = time.time()
     data = render_features(train, 1, seed=10, processes=args.processes, voices=voices,
                            log=lambda m: print(m, flush=True))
-    os.makedirs(args.out, exist_ok=True)
-    torch.save(data, os.path.join(args.out, "train.pt"))
-    texts, offsets = data["texts"], data["offsets"]
-    print(f"wrote {len(texts)} utterances ({offsets[-1] / 360000:.1f} h) in {time.time() - start:.0f} s")
+    save_features(data, args.out, started=start)
 
 
 if __name__ == "__main__":

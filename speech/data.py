@@ -278,6 +278,21 @@ def render_features(sentences: list[str], renditions_per_sentence: int, seed: in
     return {"feats": torch.cat(feats), "offsets": torch.tensor(offsets), "texts": texts}
 
 
+def save_features(data: dict, out_dir: str, started: float) -> str:
+    """Write ``render_features``' output to ``out_dir/train.pt`` (creating ``out_dir``) and print
+    ``wrote N utterances (H h) in S s``, S counted from ``started`` (a ``time.time()`` taken before rendering).
+    Returns the path written."""
+    import time
+
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "train.pt")
+    torch.save(data, path)
+    texts, offsets = data["texts"], data["offsets"]
+    # 360 000 frames of 10 ms make an hour.
+    print(f"wrote {len(texts)} utterances ({offsets[-1] / 360000:.1f} h) in {time.time() - started:.0f} s")
+    return path
+
+
 def write_test_set(directory: str, sentences: list[str], seed: int = 1, voices: VoiceMix | None = None,
                    sources: list[str] | None = None) -> None:
     """Write one rendition per test sentence as 16 kHz Ogg Vorbis plus ``transcripts.jsonl`` (with each

@@ -65,19 +65,31 @@ def split_settings(pipeline, plugin_cls, settings: dict, bench: bool = False) ->
     return call, config
 
 
-def _interleaved_runs(baseline, accelerated, inputs, batch_size, seed, call):
-    """Run the AR and the plugin pipeline batch by batch, alternating, so machine-load drift hits both alike."""
+def _interleaved_runs(baseline, accelerated, inputs, batch_size, seed, call, *more):
+    """Run the AR and the plugin pipeline (and any `more`) batch by batch, alternating, so machine-load drift
+    hits all alike. One (sequences, stats, seconds) per pipeline, in order."""
     from .stats import DecodeStats
 
-    runs = {"baseline": ([], DecodeStats(), 0.0), "accelerated": ([], DecodeStats(), 0.0)}
+    pipes = (baseline, accelerated, *more)
+    runs = [([], DecodeStats(), 0.0) for _ in pipes]
     for start in range(0, len(inputs), batch_size):
         chunk = inputs[start:start + batch_size]
-        for key, pipe in (("baseline", baseline), ("accelerated", accelerated)):
+        for i, pipe in enumerate(pipes):
             begin = time.perf_counter()
             sequences, stats = pipe.bench_generate(chunk, batch_size, seed + start, call)
-            seqs, total, elapsed = runs[key]
-            runs[key] = (seqs + sequences, total.merge(stats), elapsed + time.perf_counter() - begin)
-    return runs["baseline"], runs["accelerated"]
+            seqs, total, elapsed = runs[i]
+            runs[i] = (seqs + sequences, total.merge(stats), elapsed + time.perf_counter() - begin)
+    return runs
+
+
+def _warm_up(pipes, inputs, batch_size, seed, call, compiled: bool) -> float:
+    """Run each pipeline once before timing so one-off costs land on neither side: one input, or with compiled
+    forwards one full batch (it compiles the batch and draft-width buckets the timed run meets). Seconds."""
+    begin = time.perf_counter()
+    count = batch_size if compiled else 1
+    for pipe in pipes:
+        pipe.bench_generate(inputs[:count], count, seed, call)
+    return time.perf_counter() - begin
 
 
 def _summary(stats, latency, num_samples, quality, extra: dict) -> dict:
@@ -111,7 +123,12 @@ def cast_pipeline(pipeline, dtype: str) -> None:
 
 def run_bench(plugin: str, model: str | None = None, num_samples: int | None = None, batch_size: int = 1,
               seed: int = 0, device: str = "cpu", settings: dict | None = None, progress=print,
-              dtype: str = "float32") -> dict:
+              dtype: str = "float32", compile=None) -> dict:
+    """One bench row: AR and the plugin on the same inputs, batch by batch, alternating. compile: run both
+    with compiled step forwards (`Pipeline.enable_compile`; see `run_compile_bench` for compiled vs eager)."""
+    from .compiled import as_compile_settings
+
+    compile = as_compile_settings(compile)
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if batch_size < 1:
@@ -126,16 +143,16 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
     call, config = split_settings(pipeline, plugin_cls, settings or {}, bench=True)
     accelerated = plugin_cls(**config)
     cast_pipeline(pipeline, dtype)
+    pipeline.enable_compile(compile)
     num_samples = num_samples or pipeline.bench_num_samples
     inputs = pipeline.bench_inputs(num_samples, seed, **{k: call[k] for k in pipeline.bench_input_settings})
     greedy = call.get("temperature", 0.0) == 0
 
     base_pipe, acc_pipe = baseline_cls().attach(pipeline), accelerated.attach(pipeline)
-    # Warm both paths up on one input so one-off costs do not land on either side.
-    for pipe in (base_pipe, acc_pipe):
-        pipe.bench_generate(inputs[:1], 1, seed, call)
+    _warm_up((base_pipe, acc_pipe), inputs, batch_size, seed, call, compile is not None)
 
-    progress(f"[bench] {plugin}: ar and {plugin} on {num_samples} samples, batch {batch_size}")
+    progress(f"[bench] {plugin}: ar and {plugin} on {num_samples} samples, batch {batch_size}"
+             + (" (compiled forwards)" if compile is not None else ""))
     (base_seq, base_stats, base_time), (acc_seq, acc_stats, acc_time) = _interleaved_runs(
         base_pipe, acc_pipe, inputs, batch_size, seed, call)
     peer = accelerated.bench_peer(pipeline, inputs, call)
@@ -154,6 +171,7 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
         "model": pipeline.model_name or model,
         "device": device,
         "dtype": dtype,
+        "compile": None if compile is None else asdict(compile),
         "num_samples": num_samples,
         "batch_size": batch_size,
         "seed": seed,
@@ -178,6 +196,68 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
                         "gpu": torch.cuda.get_device_name() if device == "cuda" else None},
     }
     return result
+
+
+def run_compile_bench(plugin: str, model: str | None = None, num_samples: int | None = None, batch_size: int = 1,
+                      seed: int = 0, device: str = "cpu", settings: dict | None = None, compile=True,
+                      progress=print) -> dict:
+    """`mmspec bench PLUGIN --compile`: AR and the plugin, each eager and with compiled step forwards, batch by
+    batch, alternating (four sides). Row keys (`kind: "compile"`): plugin, model, device, num_samples,
+    batch_size, seed, settings, config, compile (the settings), warm_up_s (compiling included), seconds
+    {ar, ar_compiled, plugin, plugin_compiled}, compile_gain {ar, plugin} (eager s / compiled s), speedup
+    {eager, compiled} (AR s / plugin s on each side), identical_outputs {ar, plugin} (share of compiled outputs
+    equal to eager ones; greedy only, else None), environment."""
+    from .compiled import as_compile_settings
+
+    compile = as_compile_settings(compile)
+    if compile is None:
+        raise ValueError("compile must name compiled forwards to compare with eager ones (e.g. True), got "
+                         f"{compile!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"--batch-size must be an int >= 1, got {batch_size!r}")
+    plugin_cls = get_plugin_class(plugin)
+    pipeline = plugin_cls.default_pipeline(model=model, device=device)
+    call, config = split_settings(pipeline, plugin_cls, settings or {}, bench=True)
+    accelerated = plugin_cls(**config)
+    num_samples = num_samples or pipeline.bench_num_samples
+    inputs = pipeline.bench_inputs(num_samples, seed, **{k: call[k] for k in pipeline.bench_input_settings})
+    ar, ar_compiled = get_plugin_class("ar")().attach(pipeline), get_plugin_class("ar")().attach(pipeline)
+    acc, acc_compiled = accelerated.attach(pipeline), accelerated.attach(pipeline)
+    for pipe in (ar_compiled, acc_compiled):
+        pipe.enable_compile(compile)
+    warm = _warm_up((ar, acc, ar_compiled, acc_compiled), inputs, batch_size, seed, call, True)
+    progress(f"[bench] {plugin}: ar and {plugin}, eager and compiled, on {num_samples} samples, batch {batch_size}")
+    runs = _interleaved_runs(ar, acc, inputs, batch_size, seed, call, ar_compiled, acc_compiled)
+    (ar_seq, _, ar_s), (acc_seq, _, acc_s), (arc_seq, _, arc_s), (accc_seq, _, accc_s) = runs
+    greedy = call.get("temperature", 0.0) == 0
+    return {
+        "kind": "compile", "plugin": plugin, "pipeline": pipeline.pipeline_name, "model": pipeline.model_name or model,
+        "device": device, "num_samples": num_samples, "batch_size": batch_size, "seed": seed, "settings": call,
+        "config": asdict(accelerated.config), "compile": asdict(compile), "warm_up_s": warm,
+        "seconds": {"ar": ar_s, "ar_compiled": arc_s, "plugin": acc_s, "plugin_compiled": accc_s},
+        "compile_gain": {"ar": ar_s / max(arc_s, 1e-9), "plugin": acc_s / max(accc_s, 1e-9)},
+        "speedup": {"eager": ar_s / max(acc_s, 1e-9), "compiled": arc_s / max(accc_s, 1e-9)},
+        "identical_outputs": ({"ar": _exact_match(arc_seq, ar_seq), "plugin": _exact_match(accc_seq, acc_seq)}
+                              if greedy else None),
+        "environment": {"torch": torch.__version__, "python": platform.python_version(),
+                        "threads": torch.get_num_threads(),
+                        "gpu": torch.cuda.get_device_name() if device == "cuda" else None},
+    }
+
+
+def format_compile_table(rows: list[dict]) -> str:
+    """Markdown table of `run_compile_bench` rows."""
+    lines = ["| plugin | model | batch | compile | AR compiled / eager | plugin compiled / eager | "
+             "speed-up eager → compiled | identical outputs (AR, plugin) | warm-up s |", "|" + "---|" * 9]
+    for r in rows:
+        same = r["identical_outputs"]
+        backend = r["compile"]["backend"] + (f", {r['compile']['mode']}" if r["compile"]["mode"] else "")
+        lines.append(f"| {r['plugin']} | {r['model']} | {r['batch_size']} | {backend} | "
+                     f"{r['compile_gain']['ar']:.2f}× | {r['compile_gain']['plugin']:.2f}× | "
+                     f"{r['speedup']['eager']:.2f}× → {r['speedup']['compiled']:.2f}× | "
+                     + ("—" if same is None else f"{same['ar']:.2f}, {same['plugin']:.2f}")
+                     + f" | {r['warm_up_s']:.0f} |")
+    return "\n".join(lines)
 
 
 def config_text(r: dict) -> str:

@@ -93,6 +93,16 @@ def cmd_bench(args) -> int:
         if not args.plugin:
             raise SystemExit(f"mmspec bench: name a PLUGIN (one of {', '.join(s.name for s in plugin_summaries())}) "
                              "or use --all")
+        if args.compile is not None:
+            from .bench import format_compile_table, run_compile_bench
+
+            row = run_compile_bench(args.plugin, model=args.model, num_samples=args.num_samples,
+                                    batch_size=args.batch_size, seed=args.seed, device=args.device,
+                                    settings=parse_settings(args.set), compile=args.compile, progress=log)
+            if args.json:
+                Path(args.json).write_text(json.dumps(row, indent=2))
+            print(format_compile_table([row]))
+            return 0
         if args.refill:
             from .bench_refill import format_refill_table, run_refill_bench
 
@@ -304,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print every column (NFE and latency per side, lossless); BENCHMARKS.md always has them")
     p.add_argument("--refill", action="store_true",
                    help="samples/s with and without continuous batching at --batch-size (>= 2)")
+    p.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
+                   help="compare compiled step forwards (torch.compile at static shapes, BACKEND default "
+                        "inductor; aot_eager needs no C++ compiler) with eager ones, for AR and the plugin")
     p.add_argument("--profile", action="store_true",
                    help="also print where the time goes per decode step: draft / verify / accept / other, the "
                    "target's and drafter's forward costs, and what bounds the speed-up")

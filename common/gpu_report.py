@@ -43,5 +43,11 @@ def format_gpu_section(report: dict) -> str:
         lines += ["", "Host synchronisations per decode step, as CUDA counts them: " + "; ".join(
             f"eagle {name} {s['per_step']:.2f} ({s['syncs']} in {s['steps']} steps)" for name, s in syncs.items())
             + "."]
-    lines += ["", f"Compiled vs eager: {report['compile']}."]
+    from .bench import format_compile_table
+
+    lines += ["", "Compiled vs eager step forwards (`mmspec bench PLUGIN --compile`; greedy, batch 1):", ""]
+    done = [r for r in report["compile"] if "seconds" in r]
+    if done:
+        lines.append(format_compile_table(done))
+    lines += [f"- {r['plugin']}: {r.get('error') or r['skipped']}" for r in report["compile"] if "seconds" not in r]
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Transformer building blocks shared by models and drafter heads.
 
 A pre-norm decoder layer (RMSNorm, rotary attention with grouped KV heads and
-a per-layer [k, v] cache list, SwiGLU feed-forward) whose module and parameter
+a per-layer [k, v] cache list — or [past k, past v, None] for a fixed-capacity cache — SwiGLU feed-forward) whose module and parameter
 names follow the Llama reference code (attention.wqkv/wo, feed_forward.w1/w2/w3,
 attention_norm, ffn_norm), so checkpoints in that layout load by name. The
 caller supplies the rotary tables (1-D, 2-D, ...) as cos/sin.
@@ -62,7 +62,13 @@ class Attention(nn.Module):
         q = apply_rope(q.view(batch, length, self.n_head, self.head_dim), cos, sin).transpose(1, 2)
         k = apply_rope(k.view(batch, length, self.n_kv_head, self.head_dim), cos, sin).transpose(1, 2)
         v = v.view(batch, length, self.n_kv_head, self.head_dim).transpose(1, 2)
-        if cache is not None:
+        if cache is not None and len(cache) == 3:
+            # A fixed-capacity cache [past k, past v, None] (`mmspec.common.compiled`): attend over the past
+            # slots and the new tokens, and hand the new keys back in cache[2] for the caller to store, so a
+            # compiled graph mutates none of its inputs.
+            cache[2] = (k, v)
+            k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+        elif cache is not None:
             if cache[0] is not None:
                 k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
             cache[0], cache[1] = k, v

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from .compiled import CompileSettings, length_bucket
 from .slots import SlotTable, additive_mask
 from .tree import TreeSpec
 
@@ -61,6 +62,9 @@ class ARModel:
     # Positions the model can take (None: no limit). Decoders check prompt + max_new_tokens against it once,
     # before decoding, so the forwards themselves need no check (reading positions back would sync the host).
     max_positions: int | None = None
+    # Set (a CompileSettings) by adapters that run compiled forwards at static shapes: `forward` then pads the
+    # fed length to a bucket (`mmspec.common.compiled`).
+    static_shapes: CompileSettings | None = None
 
     # --- subclass hooks -------------------------------------------------
     def new_state(self, batch_size: int) -> DecodeState:
@@ -124,9 +128,23 @@ class ARModel:
             raise ValueError(f"tokens {tuple(tokens.shape)} and positions {tuple(positions.shape)} differ")
         if (tree is None) != (tree_nodes is None):
             raise ValueError("tree and tree_nodes go together")
+        length = tokens.shape[1]
+        padding = length_bucket(length) - length if self.static_shapes is not None and length else 0
+        if padding:  # fed as dead tokens (token_mask False): they see only themselves and no one sees them
+            def pad(t, value):
+                return torch.nn.functional.pad(t, (0, padding), value=value)
+
+            token_mask = pad(torch.ones_like(tokens, dtype=torch.bool) if token_mask is None else token_mask, False)
+            query_only = None if query_only is None else pad(query_only, False)
+            tree_nodes = None if tree_nodes is None else pad(tree_nodes, -1)
+            positions = torch.cat([positions, positions[:, -1:].expand(-1, padding)], 1)
+            tokens = pad(tokens, 0)
         mask = state.slots.attention_mask(positions, token_mask, tree_nodes, tree, query_only)
         out = self._run(state, tokens, positions, additive_mask(mask, self.mask_dtype()), output_hidden)
         state.slots.append(positions, token_mask, tree_nodes, tree, query_only)
+        if padding:
+            out = ModelOutput(*(None if t is None else t[:, :length] for t in
+                                (out.logits, out.hidden, out.uncond_hidden)))
         return out
 
     def crop(self, state: DecodeState, lengths: torch.Tensor) -> None:

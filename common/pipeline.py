@@ -237,6 +237,14 @@ class Pipeline:
         """(title, intro, markdown table) sections of BENCHMARKS.md for this pipeline's bench rows."""
         return []
 
+    def enable_compile(self, compile=True) -> "Pipeline":
+        """Run the target's step forwards compiled at static shapes (`mmspec.common.compiled`); pipelines whose
+        adapters keep a static KV cache override this."""
+        if compile is False or compile is None:
+            return self
+        raise ValueError(f"compile: {type(self).__name__} cannot compile its forwards yet (its adapters have no "
+                         "static KV cache); use compile=False")
+
     def continuous_batching_blocker(self) -> str | None:
         """None when `__call__(..., max_batch_size=)` refills rows with the attached plugin (continuous
         batching), else why not. Pipelines whose `__call__` takes max_batch_size override this."""

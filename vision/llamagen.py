@@ -16,12 +16,14 @@ of class c (c = num_classes is the null class). Logits cover image codes only.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn as nn
 from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 
+from mmspec.common.compiled import StaticKV, as_compile_settings, compiled_function, static_inputs
 from mmspec.common.layers import RMSNorm, TransformerBlock, find_multiple
 from mmspec.common.model import ARModel, DecodeState, ModelOutput
 from mmspec.common.slots import SlotTable
@@ -123,8 +125,11 @@ class LlamaGenModel(ModelMixin, ConfigMixin):
 class LlamaGenAdapter(ARModel):
     """ARModel adapter for `LlamaGenModel` with its own per-layer KV lists."""
 
-    def __init__(self, model: LlamaGenModel, compact_slack: int = 64):
+    def __init__(self, model: LlamaGenModel, compact_slack: int = 64, compile=None):
+        """compile: run the step forward through `torch.compile` at static shapes (see
+        `mmspec.common.compiled.as_compile_settings` for the accepted values; None / False: eager)."""
         self.model = model
+        self.static_shapes = as_compile_settings(compile)
         self.vocab_size = model.config.vocab_size
         self.device = next(model.parameters()).device
         self.compact_slack = compact_slack
@@ -140,18 +145,45 @@ class LlamaGenAdapter(ARModel):
         return self.model.output(hidden).float()
 
     def new_state(self, batch_size: int) -> DecodeState:
-        caches = [[None, None] for _ in self.model.layers]
+        if self.static_shapes is not None:
+            attention = self.model.layers[0].attention
+            caches = StaticKV(len(self.model.layers), attention.n_kv_head, attention.head_dim, self.mask_dtype(),
+                              self.device, self.static_shapes)
+        else:
+            caches = [[None, None] for _ in self.model.layers]
         return DecodeState(cache=caches, slots=SlotTable.empty(batch_size, self.device))
 
     def _run(self, state, tokens, positions, mask4d, output_hidden):
+        if isinstance(state.cache, StaticKV):
+            return self._run_static(state, tokens, positions, mask4d, output_hidden)
         logits, hidden = self.model(tokens.to(self.device), positions.to(self.device), mask4d.to(self.device),
                                     state.cache, output_hidden=True)
         return ModelOutput(logits=logits.float(), hidden=hidden if output_hidden else None)
 
+    def _run_static(self, state, tokens, positions, mask4d, output_hidden):
+        cache, (batch, length), slots = state.cache, tokens.shape, state.slots.num_slots
+        cache.reserve(batch, slots + length)
+        tokens, positions, mask = static_inputs(tokens.to(self.device), positions.to(self.device),
+                                                mask4d.to(self.device), cache, slots)
+        step = compiled_function(self.model, self.static_shapes, lambda: partial(_static_step, self.model))
+        logits, hidden, new_keys = step(tokens, positions, mask, cache.past())
+        cache.write(new_keys, batch, slots)
+        return ModelOutput(logits=logits[:batch].float(), hidden=hidden[:batch] if output_hidden else None)
+
     def _map_kv(self, state, fn):
+        if isinstance(state.cache, StaticKV):
+            state.cache.map(fn)
+            return
         for layer in state.cache:
             if layer[0] is not None:
                 layer[0], layer[1] = fn(layer[0]), fn(layer[1])
+
+
+def _static_step(model: LlamaGenModel, tokens, positions, mask, past):
+    """One forward over fixed-capacity past keys: (logits, hidden, the new tokens' (k, v) per layer)."""
+    caches = [[k, v, None] for k, v in past]
+    logits, hidden = model(tokens, positions, mask, caches, output_hidden=True)
+    return logits, hidden, [cache[2] for cache in caches]
 
 
 def load_llamagen_state_dict(model: LlamaGenModel, state_dict: dict) -> None:

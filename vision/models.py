@@ -205,9 +205,13 @@ class ImageModel:
         return ids + self.num_codes
 
     # --- decoding -----------------------------------------------------------------------------
-    def adapter(self, grid: tuple[int, int]) -> ARModel:
+    # Whether `adapter(grid, compile=...)` can run the step forward compiled at static shapes
+    # (`mmspec.common.compiled`): the adapter must keep its KV cache in a StaticKV.
+    compiles: ClassVar[bool] = False
+
+    def adapter(self, grid: tuple[int, int], compile=None) -> ARModel:
         """The ARModel the decoding plugins verify with for images of `grid` codes; its vocabulary is the
-        codebook."""
+        codebook. compile: CompileSettings for families with `compiles` (None: eager)."""
         raise NotImplementedError
 
     @torch.no_grad()
@@ -268,8 +272,10 @@ class LlamaGenImageModel(ImageModel):
     def prompt_ids(self, ids: torch.Tensor) -> torch.Tensor:
         return self.transformer.class_token(ids)
 
-    def adapter(self, grid) -> ARModel:
-        return LlamaGenAdapter(self.transformer)
+    compiles = True
+
+    def adapter(self, grid, compile=None) -> ARModel:
+        return LlamaGenAdapter(self.transformer, compile=compile)
 
 
 class TextToImageModel(ImageModel):
@@ -405,7 +411,7 @@ class JanusImageModel(TextToImageModel):
         adapter = self.adapter(grid)
         return [adapter.unconditional_ids(torch.tensor(row)).tolist() for row in rows]
 
-    def adapter(self, grid) -> ARModel:
+    def adapter(self, grid, compile=None) -> ARModel:
         return JanusImageAdapter(self.transformer, boi_token_id=self.boi_token_id)
 
     @torch.no_grad()
@@ -472,7 +478,7 @@ class Emu3ImageModel(_InVocabImageModel):
     def unconditional_rows(self, rows, grid) -> list[list[int]]:
         return [row[-1:] for row in rows]
 
-    def adapter(self, grid) -> ARModel:
+    def adapter(self, grid, compile=None) -> ARModel:
         return Emu3ImageAdapter(self.transformer, width=grid[1])
 
     @torch.no_grad()
@@ -511,5 +517,5 @@ class ChameleonImageModel(_InVocabImageModel):
     def unconditional_rows(self, rows, grid) -> list[list[int]]:
         return self.tokenize_prompt([""] * len(rows), grid)
 
-    def adapter(self, grid) -> ARModel:
+    def adapter(self, grid, compile=None) -> ARModel:
         return ChameleonImageAdapter(self.transformer)

@@ -128,6 +128,22 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
         model = self.image_model
         return CodeGrid(grid[0], grid[1], latents=model.codebook(), rows_in_parallel=model.rows_in_parallel)
 
+    # --- compiled forwards --------------------------------------------------
+    compile_settings = None  # CompileSettings while `enable_compile` is on (None: eager)
+
+    def enable_compile(self, compile=True) -> "ARImagePipeline":
+        """Run the target's step forwards through `torch.compile` at static shapes from the next call on
+        (`mmspec.common.compiled`; compile=False turns it off). Greedy outputs equal eager ones on the bundled
+        model (tests); the first calls at each batch / draft-width bucket pay the compilation."""
+        from mmspec.common.compiled import as_compile_settings
+
+        settings = as_compile_settings(compile)
+        if settings is not None and not self.image_model.compiles:
+            raise ValueError(f"compile: the {self.image_model.name!r} family's adapter has no static KV cache; "
+                             "compile=True works with LlamaGen-style transformers (use compile=False)")
+        self.compile_settings = settings
+        return self
+
     # --- what the transformer is: its family's ImageModel ------------------
     @property
     def image_model(self) -> ImageModel:
@@ -251,7 +267,7 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
         generator = check_generators(generator, len(rows))
         logits = LogitsPipeline(temperature=temperature, top_k=top_k, top_p=top_p)
         ids, mask = _left_pad(rows, model.pad_token_id)
-        adapter = model.adapter(grid)
+        adapter = model.adapter(grid, compile=self.compile_settings)
         target, prefill = adapter, None
         if guidance_scale != 1:
             if negative_prompt is None:

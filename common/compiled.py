@@ -5,8 +5,9 @@ whose verify width changes with the draft and whose KV cache grows every step wo
 and CUDA graphs need fixed shapes (and fixed addresses) outright. So a compiled adapter runs every forward at
 a few bucketed shapes:
 
-- the fed length L is padded up to a power of two (`length_bucket`); the padding is fed as dead tokens
-  (token_mask False), which the slot table already knows how to carry;
+- a long fed length L (a prompt) is padded up to a multiple of 32 (`length_bucket`; decode steps feed a few
+  lengths, run as they are); the padding is fed as dead tokens (token_mask False), which the slot table
+  already knows how to carry;
 - the batch is padded up to a power of two of rows that see only themselves;
 - past keys live in a fixed-capacity buffer [rows, heads, C, dim] (`StaticKV`), C a multiple of
   `capacity_step`: the compiled graph reads all C slots (those past the live ones masked) and returns the new
@@ -30,8 +31,20 @@ COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotu
 RECOMPILE_LIMIT = 64
 
 
+# Fed lengths up to this run unpadded: a decode loop feeds few distinct lengths (1, a chain's K + 1, a tree's
+# node count), each compiled once, and padding them costs real work (sjd's 17 tokens padded to 32 made its
+# compiled verify slower than eager). Longer feeds (prompts) are rounded up to a multiple of it.
+EXACT_LENGTHS = 32
+
+
 def length_bucket(n: int) -> int:
-    """The padded length of n fed tokens (n >= 1): the next power of two."""
+    """The padded length of n fed tokens (n >= 1): n itself up to EXACT_LENGTHS, else the next multiple."""
+    return n if n <= EXACT_LENGTHS else -(-n // EXACT_LENGTHS) * EXACT_LENGTHS
+
+
+def row_bucket(n: int) -> int:
+    """The padded batch of n rows (n >= 1): the next power of two (rows finish one by one; each power compiles
+    once)."""
     return 1 << max(0, n - 1).bit_length()
 
 
@@ -115,7 +128,7 @@ class StaticKV:
 
     def reserve(self, rows: int, slots: int) -> None:
         """Make room for `rows` rows and `slots` slots (buffers only grow, in buckets; the real part is kept)."""
-        row_cap = max(self.row_capacity, length_bucket(max(rows, 1)))
+        row_cap = max(self.row_capacity, row_bucket(max(rows, 1)))
         step = self.settings.capacity_step
         slot_cap = max(self.slot_capacity, -(-max(slots, 1) // step) * step)
         if row_cap == self.row_capacity and slot_cap == self.slot_capacity:

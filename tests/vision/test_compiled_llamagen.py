@@ -8,7 +8,8 @@ kernels) needs a C++ compiler, so its case is in the list where one is on the PA
 import pytest
 import torch
 
-from mmspec.common.compiled import StaticKV, has_c_compiler
+from mmspec.common import compiled
+from mmspec.common.compiled import StaticKV, has_c_compiler, length_bucket
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import CFGModel
 from mmspec.common.registry import get_plugin_class
@@ -57,15 +58,18 @@ def test_compiled_drafting_plugin_equals_eager(model, guidance, compact_slack):
     assert len(set(eager.stats.row_forwards)) > 1, "rows should finish at different steps (the batch shrinks)"
 
 
-def test_compiled_forward_pads_to_buckets_and_keeps_its_buffers(model):
+def test_compiled_forward_pads_to_buckets_and_keeps_its_buffers(model, monkeypatch):
     adapter = LlamaGenAdapter(model, compile="aot_eager")
     state, out = adapter.prefill(model.class_token(torch.tensor([0, 1, 2]))[:, None])
     assert isinstance(state.cache, StaticKV) and out.logits.shape == (3, 1, 16)
     assert state.cache.row_capacity == 4 and state.cache.slot_capacity == 256
-    tokens = torch.tensor([[1, 2, 3]] * 3)
-    out = adapter.forward(state, tokens, torch.tensor([[1, 2, 3]] * 3))
+    out = adapter.forward(state, torch.tensor([[1, 2, 3]] * 3), torch.tensor([[1, 2, 3]] * 3))
+    assert out.logits.shape == (3, 3, 16) and state.slots.num_slots == 1 + 3  # short feeds run as they are
+    assert [length_bucket(n) for n in (1, 17, 32, 33, 70)] == [1, 17, 32, 64, 96]
+    monkeypatch.setattr(compiled, "EXACT_LENGTHS", 2)  # the tiny grid is too short for a 33-token feed
+    out = adapter.forward(state, torch.tensor([[4, 5, 6]] * 3), torch.tensor([[4, 5, 6]] * 3))
     assert out.logits.shape == (3, 3, 16)  # three fed, four run (the bucket), three returned
-    assert state.slots.num_slots == 1 + 4 and not bool(state.slots.live[:, -1].any())
+    assert state.slots.num_slots == 4 + 4 and not bool(state.slots.live[:, -1].any())
     adapter.select_rows(state, torch.tensor([2]))
     assert state.cache.rows == 1 and state.cache.row_capacity == 4  # the buffer keeps its shape: no recompile
 

@@ -328,7 +328,7 @@ BENCH_TEST_SETS = {
 }
 
 
-def noise_clips(count: int = 40, seed: int = 0) -> list[dict]:
+def noise_clips(count: int = 120, seed: int = 0) -> list[dict]:
     """Clips with no speech (reference text ""): white, brown (integrated white) and 50 Hz hum with
     harmonics under white noise, 2-6 s each, at speech-like levels; a pure function of (count, seed)."""
     rng = np.random.default_rng(seed)

@@ -78,7 +78,7 @@ def test_voice_mixes_draw_their_own_voices_and_piper_share():
 
 def test_noise_clips_are_seeded_speechless_and_at_speech_levels():
     clips = noise_clips()
-    assert len(clips) == 40 and {c["kind"] for c in clips} == {"white", "brown", "hum"}
+    assert len(clips) == 120 and {c["kind"] for c in clips} == {"white", "brown", "hum"}
     for clip in clips:
         wave = clip["audio"]["array"]
         assert clip["text"] == "" and 2.0 <= len(wave) / 16000 <= 6.0 and 0.04 < np.abs(wave).max() <= 0.5

@@ -127,10 +127,15 @@ class CTCHypothesisDrafter(Drafter):
     def width(self) -> int:
         return max(1, max(len(h) for h in self.hyps))
 
+    def exhausted(self) -> bool:
+        """Every row has drafted its whole hypothesis: from now on the loop is plain AR."""
+        return all(c >= len(h) for c, h in zip(self.cursor, self.hyps))
+
     def propose(self, ctx):
         device = ctx.last_tokens.device
         batch = ctx.last_tokens.shape[0]
-        if self.proposed and not self.resync:
+        if self.proposed and (not self.resync or self.exhausted()):
+            self.drafted = [0] * batch
             return Draft(tokens=torch.empty(batch, 0, dtype=torch.long, device=device))
         self.proposed = True
         # A row needs at most remaining − 1 drafts: the verify pass adds one token of its own.
@@ -156,7 +161,7 @@ class CTCHypothesisDrafter(Drafter):
         return Draft(tokens=tokens.to(device), lengths=torch.tensor(self.drafted, device=device))
 
     def commit(self, ctx, acceptance, target_probs=None, output=None):
-        if not self.resync:
+        if not self.resync or self.exhausted():  # every cursor is at its end and stays there (no host read)
             return
         for b, (num, correction) in enumerate(zip(acceptance.num_accepted.tolist(),
                                                   acceptance.next_tokens.tolist())):
@@ -194,20 +199,24 @@ class CTCHypotheses:
     max_entropy: torch.Tensor  # [B] float32
     mean_entropy: torch.Tensor  # [B] float32
     empty: torch.Tensor  # [B] bool: the CTC hypothesis has no token
-    token_surprise: torch.Tensor  # [B] float32: −log of the least sure emitted token's posterior
+    token_surprise: torch.Tensor | None  # [B] float32: −log of the least sure emitted token's posterior
 
     def statistic(self, gate: str) -> torch.Tensor:
         """The gate statistic named by ``gate`` (lower = more confident)."""
+        if gate == "token" and self.token_surprise is None:
+            raise ValueError("gate='token' needs ctc_hypotheses(..., token_surprise=True)")
         return {"max": self.max_entropy, "mean": self.mean_entropy, "token": self.token_surprise}[gate]
 
 
-def ctc_hypotheses(recognizer, encoded) -> CTCHypotheses:
-    """Greedy CTC hypotheses of a batch in the decoder's vocabulary, with the gate statistics."""
+def ctc_hypotheses(recognizer, encoded, token_surprise: bool = True) -> CTCHypotheses:
+    """Greedy CTC hypotheses of a batch in the decoder's vocabulary, with the gate statistics (the emitted
+    tokens' surprise only when asked: it costs another pass over the posteriors)."""
     tokens, counts, max_h, mean_h = ctc_greedy(encoded.ctc_logits, encoded.ctc_lengths, recognizer.ctc_blank_id)
-    ids = [recognizer.ctc_to_decoder_ids(tokens[b, : int(counts[b])].tolist()) for b in range(tokens.shape[0])]
+    ids = [recognizer.ctc_to_decoder_ids(row[:count]) for row, count in zip(tokens.tolist(), counts.tolist())]
     empty = torch.tensor([len(x) == 0 for x in ids])
-    surprise = emitted_token_surprise(encoded.ctc_logits, encoded.ctc_lengths, recognizer.ctc_blank_id)
-    return CTCHypotheses(ids, max_h.cpu(), mean_h.cpu(), empty, surprise.cpu())
+    surprise = (emitted_token_surprise(encoded.ctc_logits, encoded.ctc_lengths, recognizer.ctc_blank_id).cpu()
+                if token_surprise else None)
+    return CTCHypotheses(ids, max_h.cpu(), mean_h.cpu(), empty, surprise)
 
 
 class CTCDraftDecoder:
@@ -229,16 +238,16 @@ class CTCDraftDecoder:
         config, logits = self.plugin.config, self.request.logits
         eos = self.recognizer.eos_token_id
         begin = time.perf_counter()
-        hyps = ctc_hypotheses(self.recognizer, self.encoded)
+        gate_reads_tokens = config.gate == "token" and config.mode != "ctc" and self.plugin.tau is not None
+        hyps = ctc_hypotheses(self.recognizer, self.encoded, token_surprise=gate_reads_tokens)
         draft_time = time.perf_counter() - begin
         batch = len(hyps.ids)
-        statistic = hyps.statistic(config.gate)
         if config.mode == "ctc":
             final = torch.ones(batch, dtype=torch.bool)
         elif self.plugin.tau is None:
             final = torch.zeros(batch, dtype=torch.bool)
         else:
-            final = (statistic <= self.plugin.tau) & ~hyps.empty
+            final = (hyps.statistic(config.gate) <= self.plugin.tau) & ~hyps.empty
         sequences: list[list[int] | None] = [None] * batch
         for b in final.nonzero().flatten().tolist():
             sequences[b] = (hyps.ids[b] + [eos])[:max_new_tokens]

@@ -53,9 +53,10 @@ def ctc_greedy_reference(logits, lengths, blank: int):
 
 def emitted_token_surprise(logits: torch.Tensor, lengths: torch.Tensor, blank: int) -> torch.Tensor:
     """[B] −log of the smallest posterior among the frames where greedy CTC emits a token (0 for a row that
-    emits none): how unsure the least sure emitted token was. A wrong hypothesis usually has one unsure
-    token among confident ones, which the mean frame entropy averages away and the maximum frame entropy
-    confuses with unsure blank frames (see BENCHMARKS.md for the AUROC of each)."""
+    emits none): how unsure the least sure emitted token was. The idea: a wrong hypothesis often has one
+    unsure token among confident ones, which the mean frame entropy averages away and the maximum frame
+    entropy confuses with unsure blank frames. Measured on asr-tiny it ranks wrong hypotheses no better than
+    frame entropy (AUROC 0.78 against the mean entropy's 0.85: README, "Which gate statistic?")."""
     frames = logits.shape[1]
     valid = torch.arange(frames, device=logits.device)[None, :] < lengths.to(logits.device)[:, None]
     logp = logits.float().log_softmax(-1)

@@ -487,3 +487,17 @@ def test_redraft_tokens_caps_only_the_drafts_after_the_first_pass(audio):
     recognizer = BundledRecognizer(tiny_asr_model(sharpen=8.0))
     ar = run(recognizer, audio)
     assert run(recognizer, audio, {"mode": "strict", "redraft_tokens": 2}).sequences == ar.sequences
+
+
+def test_rows_with_junk_posteriors_draft_nothing_and_stay_lossless(audio):
+    """max_draft_entropy: right hypotheses spelled by flat posteriors (high mean frame entropy, as noise gives)
+    are not drafted — the decode costs AR's forwards — while sharp ones are; both equal AR."""
+    recognizer = BundledRecognizer(tiny_asr_model(sharpen=8.0))
+    ar = run(recognizer, audio)
+    right = [s[:-1] if s[-1] == EOS else s for s in ar.sequences]
+    flat = run(PlantedCTC(recognizer, right, confidence=1.0), audio, {"mode": "strict"})
+    sharp = run(PlantedCTC(recognizer, right), audio, {"mode": "strict"})
+    always = run(PlantedCTC(recognizer, right, confidence=1.0), audio, {"mode": "strict", "max_draft_entropy": None})
+    assert flat.sequences == sharp.sequences == always.sequences == ar.sequences
+    assert flat.stats.target_nfe == ar.stats.target_nfe
+    assert sharp.stats.target_nfe < ar.stats.target_nfe and always.stats.target_nfe < ar.stats.target_nfe

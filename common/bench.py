@@ -82,6 +82,12 @@ def _interleaved_runs(baseline, accelerated, inputs, batch_size, seed, call, *mo
     return runs
 
 
+def bench_environment(device: str) -> dict:
+    """What a bench row ran on: torch and Python versions, CPU threads, the GPU's name (None on a CPU)."""
+    return {"torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name() if device == "cuda" else None}
+
+
 def _warm_up(pipes, inputs, batch_size, seed, call, compiled: bool) -> float:
     """Run each pipeline once before timing so one-off costs land on neither side: one input, or with compiled
     forwards one full batch (it compiles the batch and draft-width buckets the timed run meets). Seconds."""
@@ -191,9 +197,7 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
         "exact_match_rate": _exact_match(acc_seq, base_seq) if greedy else None,
         "comparison": pipeline.bench_compare(inputs, base_seq, acc_seq),
         "peer": peer,
-        "environment": {"torch": torch.__version__, "python": platform.python_version(),
-                        "threads": torch.get_num_threads(),
-                        "gpu": torch.cuda.get_device_name() if device == "cuda" else None},
+        "environment": bench_environment(device),
     }
     return result
 
@@ -245,9 +249,7 @@ def run_compile_bench(plugin: str, model: str | None = None, num_samples: int | 
         "speedup": {"eager": ar_s / max(acc_s, 1e-9), "compiled": arc_s / max(accc_s, 1e-9)},
         "identical_outputs": ({"ar": _exact_match(arc_seq, ar_seq), "plugin": _exact_match(accc_seq, acc_seq)}
                               if greedy else None),
-        "environment": {"torch": torch.__version__, "python": platform.python_version(),
-                        "threads": torch.get_num_threads(),
-                        "gpu": torch.cuda.get_device_name() if device == "cuda" else None},
+        "environment": bench_environment(device),
     }
 
 

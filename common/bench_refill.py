@@ -15,11 +15,8 @@ batches'), identical_outputs, differing_outputs, environment.
 
 from __future__ import annotations
 
-import platform
 import time
 from dataclasses import asdict
-
-import torch
 
 from .registry import get_plugin_class
 
@@ -29,7 +26,7 @@ REFILL_ROWS = ({"plugin": "sjd"}, {"plugin": "lantern"}, {"plugin": "speculative
 def run_refill_bench(plugin: str, model: str | None = None, num_samples: int | None = None, batch_size: int = 8,
                      seed: int = 0, device: str = "cpu", settings: dict | None = None, rounds: int = 2,
                      progress=print) -> dict:
-    from .bench import split_settings
+    from .bench import bench_environment, split_settings
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 2:
         raise ValueError(f"--batch-size must be an int >= 2 for --refill (one row has no tail to fill), "
@@ -74,9 +71,7 @@ def run_refill_bench(plugin: str, model: str | None = None, num_samples: int | N
         "config": asdict(pipe.plugin.config), "rounds": rounds, "batches": side("batches"), "refill": side("refill"),
         "identical_outputs": outputs["batches"][0] == outputs["refill"][0],
         "differing_outputs": sum(a != b for a, b in zip(outputs["batches"][0], outputs["refill"][0])),
-        "environment": {"torch": torch.__version__, "python": platform.python_version(),
-                        "threads": torch.get_num_threads(),
-                        "gpu": torch.cuda.get_device_name() if device == "cuda" else None},
+        "environment": bench_environment(device),
     }
     result["gain"] = result["refill"]["samples_per_s"] / result["batches"]["samples_per_s"]
     return result

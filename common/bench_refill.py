@@ -20,7 +20,8 @@ from dataclasses import asdict
 
 from .registry import get_plugin_class
 
-REFILL_ROWS = ({"plugin": "sjd"}, {"plugin": "lantern"}, {"plugin": "speculative"})  # what `--all` measures
+REFILL_ROWS = ({"plugin": "sjd"}, {"plugin": "lantern"}, {"plugin": "speculative"},  # what `--all` measures
+               {"plugin": "ctc_draft", "settings": {"test_set": "out_of_domain"}})
 
 
 def run_refill_bench(plugin: str, model: str | None = None, num_samples: int | None = None, batch_size: int = 8,
@@ -41,7 +42,8 @@ def run_refill_bench(plugin: str, model: str | None = None, num_samples: int | N
     num_samples = num_samples or 4 * batch_size
     if num_samples <= batch_size:
         raise ValueError(f"--num-samples must exceed --batch-size for --refill, got {num_samples} <= {batch_size}")
-    inputs = pipe.bench_inputs(num_samples, seed)
+    input_settings = {k: call[k] for k in pipe.bench_input_settings}  # which inputs (e.g. a test set)
+    inputs = pipe.bench_inputs(num_samples, seed, **input_settings)
     pipe.bench_generate(inputs[:2], 2, seed, {**call, "max_batch_size": 1})  # warm-up, both code paths
 
     def batches():
@@ -68,7 +70,8 @@ def run_refill_bench(plugin: str, model: str | None = None, num_samples: int | N
     result = {
         "kind": "refill", "plugin": plugin, "pipeline": pipeline.pipeline_name, "model": pipeline.model_name or model,
         "device": device, "num_samples": num_samples, "batch_size": batch_size, "seed": seed, "settings": call,
-        "config": asdict(pipe.plugin.config), "rounds": rounds, "batches": side("batches"), "refill": side("refill"),
+        "config": asdict(pipe.plugin.config), "input_settings": input_settings, "rounds": rounds,
+        "batches": side("batches"), "refill": side("refill"),
         "identical_outputs": outputs["batches"][0] == outputs["refill"][0],
         "differing_outputs": sum(a != b for a, b in zip(outputs["batches"][0], outputs["refill"][0])),
         "environment": bench_environment(device),
@@ -82,7 +85,9 @@ def format_refill_table(rows: list[dict]) -> str:
              "row occupancy | identical outputs |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         b, f = r["batches"], r["refill"]
-        lines.append(f"| {r['plugin']} | {r['model']} | {r['batch_size']} | {r['num_samples']} | "
+        inputs = ", ".join(f"{k}={v}" for k, v in r.get("input_settings", {}).items())
+        name = f"{r['plugin']} ({inputs})" if inputs else r["plugin"]
+        lines.append(f"| {name} | {r['model']} | {r['batch_size']} | {r['num_samples']} | "
                      f"{b['samples_per_s']:.2f} → {f['samples_per_s']:.2f} | {r['gain']:.2f}× | "
                      f"{b['target_forwards']} → {f['target_forwards']} | "
                      f"{b['occupancy']:.0%} → {f['occupancy']:.0%} | "

@@ -257,7 +257,7 @@ class SpeculativeDecoder:
                     if self.drafter is not None:
                         self.drafter.select_rows(keep)
                     ctx.last_tokens, ctx.positions = ctx.last_tokens[keep], ctx.positions[keep]
-                    ctx.remaining = ctx.remaining[keep]
+                    ctx.remaining, ctx.requests = ctx.remaining[keep], ctx.requests[keep]
                     if isinstance(ctx.generator, list):
                         ctx.generator = [ctx.generator[i] for i in keep.tolist()]
                 if waiting and rows.numel() < limit:
@@ -276,7 +276,8 @@ class SpeculativeDecoder:
                            generator=[generator[i] for i in rows.tolist()] if isinstance(generator, list)
                            else generator,
                            remaining=torch.full((rows.numel(),), max_new_tokens, dtype=torch.long,
-                                                device=rows.device), min_remaining=max_new_tokens)
+                                                device=rows.device), min_remaining=max_new_tokens,
+                           requests=rows)
 
     def _enlist(self, arrived: ArrivingRows, waiting: list, ids, mask, generator, out, produced, row_forwards,
                 row_committed):
@@ -316,7 +317,8 @@ class SpeculativeDecoder:
             positions=torch.cat([ctx.positions, new_ctx.positions]), num_draft_tokens=self.num_draft_tokens,
             logits=self.logits, generator=ctx.generator + new_ctx.generator if isinstance(generator, list)
             else generator, remaining=torch.cat([ctx.remaining, new_ctx.remaining]),
-            min_remaining=min(ctx.min_remaining, new_ctx.min_remaining))
+            min_remaining=min(ctx.min_remaining, new_ctx.min_remaining),
+            requests=torch.cat([ctx.requests, new_ctx.requests]))
         return torch.cat([rows, take]), merged
 
     def _draft(self, ctx: StepContext, stats: DecodeStats) -> Draft:

@@ -28,6 +28,9 @@ class StepContext:
     generator: object  # None, a torch.Generator, or a list with one per row
     remaining: torch.Tensor | None = None  # [B] long; tokens each row still has to produce (>= 1)
     min_remaining: int | None = None  # on the host: a lower bound of `remaining` (None: unknown)
+    # [B] long: each row's index among the call's requests (the decode call's input rows). With continuous
+    # batching rows are admitted as others finish, so a drafter holding data per request looks it up here.
+    requests: torch.Tensor | None = None
 
 
 class Drafter:

@@ -204,6 +204,10 @@ class ASRDecoderAdapter(ARModel):
         self._cross_kv = model.cross_keys_values(encoder_output.memory)
         self._cross_mask = memory_mask(encoder_output.lengths, encoder_output.memory.shape[1],
                                        encoder_output.memory.dtype)
+        # Valid encoder frames per utterance, on the host: a state attends over its own rows' longest, not the
+        # whole call's (with continuous batching the call can hold far longer utterances than the running rows).
+        self._frames = encoder_output.lengths.tolist()
+        self._prefill_requests: torch.Tensor | None = None
 
     @property
     def max_positions(self) -> int:
@@ -218,10 +222,20 @@ class ASRDecoderAdapter(ARModel):
     def output_logits(self, hidden):
         return self.model.lm_head(hidden).float()
 
+    def set_prefill_requests(self, requests: torch.Tensor) -> None:
+        self._prefill_requests = requests
+
     def new_state(self, batch_size: int) -> DecodeState:
-        if batch_size != self._cross_mask.shape[0]:
-            raise ValueError(f"batch of {batch_size} rows for {self._cross_mask.shape[0]} encoded utterances")
-        extra = {"cross_kv": self._cross_kv, "cross_mask": self._cross_mask}
+        requests = self._prefill_requests
+        if requests is None or requests.numel() != batch_size:  # a prefill of the whole batch
+            if batch_size != self._cross_mask.shape[0]:
+                raise ValueError(f"batch of {batch_size} rows for {self._cross_mask.shape[0]} encoded utterances")
+            requests = torch.arange(batch_size)
+        requests = requests.to(self.device)
+        frames = [self._frames[i] for i in requests.tolist()]
+        width = max(frames, default=1)
+        extra = {"cross_kv": [(k[requests, :, :width], v[requests, :, :width]) for k, v in self._cross_kv],
+                 "cross_mask": self._cross_mask[requests, ..., :width], "frames": frames}
         return DecodeState(cache=[[None, None] for _ in self.model.layers],
                            slots=SlotTable.empty(batch_size, self.device), extra=extra)
 
@@ -239,8 +253,31 @@ class ASRDecoderAdapter(ARModel):
     def select_rows(self, state, rows):
         super().select_rows(state, rows)
         rows = rows.to(self.device)
-        state.extra["cross_kv"] = [(k[rows], v[rows]) for k, v in state.extra["cross_kv"]]
-        state.extra["cross_mask"] = state.extra["cross_mask"][rows]
+        extra = state.extra
+        extra["frames"] = [extra["frames"][i] for i in rows.tolist()]
+        width = max(extra["frames"], default=1)  # the longest utterance may have left: attend over less
+        extra["cross_kv"] = [(k[rows, :, :width], v[rows, :, :width]) for k, v in extra["cross_kv"]]
+        extra["cross_mask"] = extra["cross_mask"][rows, ..., :width]
+
+    def append_rows(self, state, other):
+        """Admit the rows of `other` (a state of this adapter: newly prefilled utterances) after `state`'s."""
+        was_empty = state.slots.batch_size == 0
+        super().append_rows(state, other)
+        mine, theirs = state.extra, other.extra
+        if was_empty:
+            state.extra = dict(theirs)
+            return
+        width = max(mine["cross_mask"].shape[-1], theirs["cross_mask"].shape[-1])
+
+        def widen(t, dim, value=0.0):  # pad the frame axis up to `width` (padded frames are masked out)
+            pad = [0, 0] * (t.dim() - 1 - dim) + [0, width - t.shape[dim]]
+            return torch.nn.functional.pad(t, pad, value=value)
+
+        blocked = torch.finfo(mine["cross_mask"].dtype).min
+        mine["cross_kv"] = [(torch.cat([widen(k, 2), widen(k2, 2)]), torch.cat([widen(v, 2), widen(v2, 2)]))
+                            for (k, v), (k2, v2) in zip(mine["cross_kv"], theirs["cross_kv"])]
+        mine["cross_mask"] = torch.cat([widen(mine["cross_mask"], 3, blocked), widen(theirs["cross_mask"], 3, blocked)])
+        mine["frames"] = mine["frames"] + theirs["frames"]
 
 
 def sinusoid_init_(embedding: nn.Embedding) -> None:

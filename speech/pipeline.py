@@ -25,6 +25,7 @@ import torchaudio
 from tqdm.auto import tqdm
 
 from ..common.logits import LogitsPipeline
+from ..common.decoder import check_max_batch_size
 from ..common.pipeline import Pipeline
 from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
@@ -144,7 +145,7 @@ class ASRPipeline(Pipeline):
     modality = "speech"
     pipeline_name = "asr"
     bench_num_samples = 200
-    call_defaults = {"max_new_tokens": 200, "temperature": 0.0}
+    call_defaults = {"max_new_tokens": 200, "temperature": 0.0, "max_batch_size": None}
     # Which committed set `mmspec bench` transcribes: see `speech.data.BENCH_TEST_SETS`.
     bench_settings = {"test_set": "in_domain"}
     bench_input_settings = ("test_set",)
@@ -183,21 +184,38 @@ class ASRPipeline(Pipeline):
     @torch.no_grad()
     def __call__(self, audio, sampling_rate: int | None = None, *, batch_size: int = 8, max_new_tokens: int = 200,
                  temperature: float = 0.0, generator=None, return_dict: bool = True,
-                 segment: bool = True) -> ASROutput:
+                 segment: bool = True, max_batch_size: int | None = None) -> ASROutput:
         """Transcribe `audio` (one input or a list; see the module docstring). segment: split long recordings
         into utterances at pauses and at the model's length limit (`mmspec.speech.segment`), transcribe them
-        as rows of the batch and join their texts; False feeds each input whole."""
+        as rows of the batch and join their texts; False feeds each input whole.
+
+        batch_size: utterances encoded, and decoded, together. max_batch_size: continuous batching — the
+        encoder still runs `batch_size` utterances at a time, but the decoder takes all of the call's
+        utterances, at most max_batch_size at once, and starts the next waiting one as soon as one finishes
+        (a batch no longer waits for its longest transcript). Each transcript is the same either way; the
+        encoder outputs of the whole call are kept meanwhile (about as much memory as its audio)."""
         items = as_batch(audio)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        check_max_batch_size(max_batch_size)
         logits = LogitsPipeline(temperature=temperature)  # bad settings fail before any audio is read
+        if max_batch_size is not None:
+            blocker = self.continuous_batching_blocker()
+            if blocker is not None:
+                raise ValueError(f"max_batch_size needs continuous batching, but {blocker}; leave it None and set "
+                                 "batch_size")
         waves = [load_audio(x, sampling_rate, name=f"audio[{i}]") for i, x in enumerate(items)]
         generators = generator if isinstance(generator, list) else [generator] * len(waves)
         if len(generators) != len(waves):
             raise ValueError(f"got {len(generators)} generators for {len(waves)} inputs")
         pieces, owners, piece_generators, notes = self._utterances(waves, generators, segment)
+        if max_batch_size is not None:
+            texts, sequences, stats = self._transcribe_refilled(pieces, logits, max_new_tokens, piece_generators,
+                                                                batch_size, max_batch_size)
+            output = self._join_pieces(len(waves), owners, texts, sequences, stats, notes, max_new_tokens)
+            return output if return_dict else (output.texts,)
         texts, sequences, stats = [], [], DecodeStats()
         starts = range(0, len(pieces), batch_size)
         bar = tqdm(starts, desc="transcribing", disable=len(starts) < 2 or self._progress.get("disable", False),
@@ -261,6 +279,25 @@ class ASRPipeline(Pipeline):
         return ASROutput(texts=[" ".join(parts) for parts in joined], sequences=ids, stats=stats,
                          segments=segments, warnings=notes)
 
+    def _transcribe_refilled(self, waves, logits, max_new_tokens, generators, batch_size, max_batch_size):
+        """All utterances of a call: encoded `batch_size` at a time, decoded with continuous batching."""
+        begin = time.perf_counter()
+        parts, audio = [], 0.0
+        for start in range(0, len(waves), batch_size):
+            padded, num_samples = pad_waves(waves[start:start + batch_size])
+            parts.append(self.recognizer.encode(padded.to(self.device), num_samples.to(self.device)))
+            audio += float(num_samples.sum()) / SAMPLE_RATE
+        encoded = self.recognizer.join_encoded(parts)
+        encode_time = time.perf_counter() - begin
+        batch_gen = None if all(g is None for g in generators) else generators
+        out = self.decode(encoded, logits, max_new_tokens, batch_gen, max_batch_size=max_batch_size)
+        stats = out.stats
+        stats.time_encode_s += encode_time
+        stats.time_total_s = time.perf_counter() - begin
+        stats.add(AUDIO_SECONDS, audio)
+        sequences = out.tolist()
+        return [self.recognizer.decoder_ids_to_text(s) for s in sequences], sequences, stats
+
     def _transcribe_batch(self, waves, logits, max_new_tokens, generator):
         begin = time.perf_counter()
         padded, num_samples = pad_waves(waves)
@@ -275,17 +312,34 @@ class ASRPipeline(Pipeline):
         texts = [self.recognizer.decoder_ids_to_text(s) for s in sequences]
         return texts, sequences, stats
 
-    def decode(self, encoded, logits: LogitsPipeline, max_new_tokens: int, generator):
+    def decode(self, encoded, logits: LogitsPipeline, max_new_tokens: int, generator,
+               max_batch_size: int | None = None):
         """The attached plugin's decoder over the encoded batch (the pipeline's decode hook).
 
         The request's `conditioning` is the `EncodedSpeech`, so a speech plugin can read the CTC head's
         output of the same encoder pass (`ctc_draft`)."""
-        eos = self.recognizer.eos_token_id
-        request = DecodeRequest(self.recognizer.decoder(encoded), logits, self.token_structure, eos_token_id=eos,
-                                pad_token_id=eos, conditioning=encoded)
+        request = self._request(encoded, logits)
         batch = encoded.ctc_lengths.shape[0]
         prompt = torch.tensor([self.recognizer.prompt_ids()] * batch, device=self.device)
-        return self.run_decoder(request, prompt, max_new_tokens=max_new_tokens, generator=generator)
+        # max_batch_size only after continuous_batching_blocker() said yes (`__call__`): run_decoder's fallback,
+        # rows in chunks, would hand a plugin a slice of the prompts with the whole batch's encoder output.
+        return self.run_decoder(request, prompt, max_new_tokens=max_new_tokens, generator=generator,
+                                max_batch_size=max_batch_size)
+
+    def _request(self, encoded, logits: LogitsPipeline) -> DecodeRequest:
+        eos = self.recognizer.eos_token_id
+        return DecodeRequest(self.recognizer.decoder(encoded), logits, self.token_structure, eos_token_id=eos,
+                             pad_token_id=eos, conditioning=encoded)
+
+    def continuous_batching_blocker(self) -> str | None:
+        from mmspec.common.pipeline import refill_blocker
+
+        blocker = self.recognizer.continuous_batching_blocker()
+        if blocker is not None:
+            return blocker
+        silence = torch.zeros(1, SAMPLE_RATE // 2, device=self.device)  # a decoder to ask needs an encoded batch
+        encoded = self.recognizer.encode(silence, torch.tensor([silence.shape[1]], device=self.device))
+        return refill_blocker(self.build_decoder(self._request(encoded, LogitsPipeline())))
 
     # --- batch protocol (see mmspec.common.batch) ------------------------
     batch_fields = {"audio": "path of a mono audio file soundfile reads (wav, flac, ogg)"}
@@ -304,7 +358,8 @@ class ASRPipeline(Pipeline):
         return path
 
     def batch_generate(self, inputs: list, generators: list, call: dict):
-        out = self(inputs, batch_size=len(inputs), generator=generators, **call)
+        width = call.get("max_batch_size") or len(inputs)  # continuous batching: encode as many as decode at once
+        out = self(inputs, batch_size=width, generator=generators, **call)
         return out.texts, out.stats
 
     def batch_write(self, output, path) -> None:
@@ -349,6 +404,8 @@ class ASRPipeline(Pipeline):
 
     def bench_generate(self, inputs: list[dict], batch_size: int, seed: int, settings: dict):
         settings = {k: v for k, v in settings.items() if k not in self.bench_settings}
+        if settings.get("max_batch_size") is not None:  # continuous batching: the encoder batch stays as wide as
+            batch_size = min(batch_size, settings["max_batch_size"])  # the decoder's (the refill bench's is all)
         gens = [torch.Generator().manual_seed(seed + i) for i in range(len(inputs))]
         out = self([row["audio"] for row in inputs], batch_size=batch_size, generator=gens, **settings)
         return out.sequences, out.stats

@@ -59,6 +59,18 @@ class SpeechRecognizer:
         """The decoder as an adapter over the encoded batch (rows [B'] long: only those utterances)."""
         raise NotImplementedError
 
+    def join_encoded(self, parts: list[EncodedSpeech]) -> EncodedSpeech:
+        """Several encoded batches as one (their rows in order, padded to the longest): continuous batching
+        decodes a whole call's utterances while the encoder runs in batches. Recognizers that cannot leave
+        this unimplemented, and their pipeline decodes batch after batch."""
+        raise NotImplementedError(f"{type(self).__name__} cannot join encoded batches")
+
+    def continuous_batching_blocker(self) -> str | None:
+        """None when this recognizer's decoder admits utterances into a running batch, else why not."""
+        if type(self).join_encoded is SpeechRecognizer.join_encoded:
+            return f"{type(self).__name__} cannot join encoded batches (join_encoded)"
+        return None
+
     def prompt_ids(self) -> list[int]:
         """Decoder tokens before the transcript (e.g. <s>, or Whisper's task tokens)."""
         raise NotImplementedError
@@ -122,6 +134,20 @@ class BundledRecognizer(SpeechRecognizer):
             rows = rows.to(context.memory.device)
             context = EncoderOutput(context.ctc_logits[rows], context.memory[rows], context.lengths[rows])
         return ASRDecoderAdapter(self.model, context)
+
+    def join_encoded(self, parts):
+        if len(parts) == 1:
+            return parts[0]
+        width = max(p.ctc_logits.shape[1] for p in parts)
+
+        def stack(tensors):  # [B, T, ...] each -> [sum B, width, ...], zero frames past each part's own
+            return torch.cat([torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[1])) for t in tensors])
+
+        contexts = [p.decoder_context for p in parts]
+        ctc_logits = stack([p.ctc_logits for p in parts])
+        lengths = torch.cat([p.ctc_lengths for p in parts])
+        context = EncoderOutput(ctc_logits, stack([c.memory for c in contexts]), torch.cat([c.lengths for c in contexts]))
+        return EncodedSpeech(ctc_logits, lengths, context)
 
     def prompt_ids(self):
         return [self.tokenizer.bos_id]

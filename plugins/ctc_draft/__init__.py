@@ -113,37 +113,50 @@ class CTCHypothesisDrafter(Drafter):
                  boundary_ids: tuple = (), backoff: bool = False, redraft_tokens: int | None = None):
         if backoff and not resync:
             raise ValueError("backoff needs resync=True (without resync a row drafts once and never again)")
-        self.hyps = [list(h) for h in hypotheses]
+        self.request_hyps = [list(h) for h in hypotheses]  # one per request of the decode call
         self.pad_id = pad_id
         self.resync = resync
         self.backoff = backoff
         self.redraft_tokens = redraft_tokens  # longest re-draft after the first pass (None: the whole rest)
         self.boundary_ids = set(boundary_ids)
-        rows = len(self.hyps)
-        self.cursor = [0] * rows  # index in the hypothesis of the next position's draft
-        self.drafted = [0] * rows  # draft tokens each row proposed in the step being verified
-        self.poor_passes = [0] * rows  # poor verify passes in a row
-        self.window: list[int | None] = [None] * rows  # longest draft a row may propose (None: no limit)
-        self.pause = [0] * rows  # steps left before a backed-off row drafts again
-        self.next_pause = [1] * rows
-        self.passes = [0] * rows  # verify passes a row has drafted in
-        self.proposed = False
+        for name in self.ROW_FIELDS:
+            setattr(self, name, [])
+
+    # Per-row state, one entry per running row (`select_rows` keeps, `admit` appends).
+    ROW_FIELDS = ("hyps", "cursor", "drafted", "poor_passes", "window", "pause", "next_pause", "passes")
+
+    def _start_rows(self, requests: list[int]) -> None:
+        """Append rows for `requests` (indices into the call's hypotheses), none of them drafted yet."""
+        n = len(requests)
+        self.hyps += [self.request_hyps[r] for r in requests]
+        self.cursor += [0] * n  # index in the hypothesis of the next position's draft
+        self.drafted += [0] * n  # draft tokens each row proposed in the step being verified
+        self.poor_passes += [0] * n  # poor verify passes in a row
+        self.window += [None] * n  # longest draft a row may propose (None: no limit)
+        self.pause += [0] * n  # steps left before a backed-off row drafts again
+        self.next_pause += [1] * n
+        self.passes += [0] * n  # verify passes a row has drafted in
+
+    def begin(self, input_ids, attention_mask):
+        self._start_rows(list(range(input_ids.shape[0])))  # the decode loop starts with requests 0..B-1
+
+    def admit(self, input_ids, attention_mask, ctx):
+        self._start_rows(ctx.requests.tolist())
 
     @property
     def width(self) -> int:
-        return max(1, max(len(h) for h in self.hyps))
+        return max(1, max((len(h) for h in self.request_hyps), default=0))
 
     def exhausted(self) -> bool:
-        """Every row has drafted its whole hypothesis: from now on the loop is plain AR."""
+        """Every running row has drafted its whole hypothesis: until rows are admitted the loop is plain AR."""
         return all(c >= len(h) for c, h in zip(self.cursor, self.hyps))
 
     def propose(self, ctx):
         device = ctx.last_tokens.device
         batch = ctx.last_tokens.shape[0]
-        if self.proposed and (not self.resync or self.exhausted()):
+        if self.exhausted():
             self.drafted = [0] * batch
             return Draft(tokens=torch.empty(batch, 0, dtype=torch.long, device=device))
-        self.proposed = True
         # A row needs at most remaining − 1 drafts: the verify pass adds one token of its own.
         cap = (ctx.remaining - 1).tolist()
         rows = []
@@ -167,7 +180,10 @@ class CTCHypothesisDrafter(Drafter):
         return Draft(tokens=tokens.to(device), lengths=torch.tensor(self.drafted, device=device))
 
     def commit(self, ctx, acceptance, target_probs=None, output=None):
-        if not self.resync or self.exhausted():  # every cursor is at its end and stays there (no host read)
+        if self.exhausted():  # every cursor is at its end and stays there (no host read)
+            return
+        if not self.resync:  # a row drafts once: after its first pass AR finishes it
+            self.cursor = [len(h) if d > 0 else c for h, c, d in zip(self.hyps, self.cursor, self.drafted)]
             return
         for b, (num, correction) in enumerate(zip(acceptance.num_accepted.tolist(),
                                                   acceptance.next_tokens.tolist())):
@@ -195,7 +211,7 @@ class CTCHypothesisDrafter(Drafter):
 
     def select_rows(self, rows):
         keep = rows.tolist()
-        for name in ("hyps", "cursor", "drafted", "poor_passes", "window", "pause", "next_pause", "passes"):
+        for name in self.ROW_FIELDS:
             setattr(self, name, [getattr(self, name)[i] for i in keep])
 
 
@@ -238,9 +254,15 @@ class CTCDraftDecoder:
         if self.encoded is None:
             raise ValueError("ctc_draft needs the encoder output of the batch (DecodeRequest.conditioning)")
 
+    def refill_blocker(self) -> str | None:
+        """None when the recognizer's decoder admits utterances into a running batch (continuous batching)."""
+        return self.recognizer.continuous_batching_blocker()
+
     @torch.no_grad()
     def generate(self, input_ids, attention_mask=None, *, max_new_tokens: int, generator=None,
-                 prefill_input=None, callback=None) -> GenerationOutput:
+                 prefill_input=None, callback=None, max_batch_size: int | None = None) -> GenerationOutput:
+        """max_batch_size: the decoder runs at most this many of the utterances the gate leaves at once, admitting
+        the next as others finish (continuous batching; see `refill_blocker`)."""
         config, logits = self.plugin.config, self.request.logits
         eos = self.recognizer.eos_token_id
         begin = time.perf_counter()
@@ -277,7 +299,8 @@ class CTCDraftDecoder:
             gens = [generator[b] for b in rows.tolist()] if isinstance(generator, list) else generator
             index = rows.to(input_ids.device)
             out = loop.generate(input_ids[index], None if attention_mask is None else attention_mask[index],
-                                max_new_tokens=max_new_tokens, generator=gens, callback=callback)
+                                max_new_tokens=max_new_tokens, generator=gens, callback=callback,
+                                max_batch_size=max_batch_size)
             stats = out.stats
             for b, seq in zip(rows.tolist(), out.tolist()):
                 sequences[b] = seq
@@ -341,6 +364,9 @@ class CTCDraftPlugin(Plugin):
         {"batch_size": 1, "settings": {"mode": "relaxed", "test_set": "out_of_domain"}},
         {"batch_size": 1, "settings": {"mode": "ctc", "test_set": "out_of_domain"}},
         {"batch_size": 8, "settings": {"mode": "strict", "test_set": "out_of_domain"}},
+        # Continuous batching (AR and plugin alike): a batch no longer waits for its worst-drafted row.
+        {"batch_size": 8, "settings": {"mode": "strict", "max_batch_size": 8}},
+        {"batch_size": 8, "settings": {"mode": "strict", "test_set": "out_of_domain", "max_batch_size": 8}},
         {"batch_size": 1, "num_samples": 40, "settings": {"mode": "strict", "test_set": "foreign"}},
         # Noise: AR's own transcripts are short (~24 steps), so the row times little work; 120 clips keep the
         # machine's jitter (a few % on 40 clips) below the effect being measured.

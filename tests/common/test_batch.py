@@ -98,7 +98,7 @@ def test_asr_kill_9_then_resume_equals_an_uninterrupted_run_and_redoes_a_truncat
     assert len(summary["runs"]) == 2 and summary["samples"] == 10
     assert sum(r["samples"] for r in summary["runs"]) >= 10  # compute spent over both runs, redone samples too
     assert summary["per_sample"]["samples_with_own_statistics"] == 10
-    assert not summary["continuous_batching"] and "ASRPipeline" in summary["continuous_batching_off_because"]
+    assert summary["continuous_batching"]  # ctc_draft on asr-tiny refills utterances as they finish
 
 
 def test_asr_with_two_processes_and_on_ray_in_local_mode_equals_one_process(tmp_path, one_thread):

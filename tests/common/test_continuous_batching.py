@@ -124,6 +124,17 @@ def test_refill_bench_row_and_its_benchmarks_section(tmp_path):
         run_refill_bench("ssd", progress=lambda *_: None)
 
 
+def test_refill_bench_reads_the_inputs_its_settings_name():
+    """The ASR pipeline's test set is a bench input setting: the refill row decodes that set and says so."""
+    from mmspec.common.bench_refill import format_refill_table, run_refill_bench
+
+    row = run_refill_bench("ctc_draft", num_samples=3, batch_size=2, rounds=1, progress=lambda *_: None,
+                           settings={"test_set": "out_of_domain", "max_new_tokens": 24})
+    assert row["input_settings"] == {"test_set": "out_of_domain"} and row["identical_outputs"]
+    assert row["refill"]["admitted_rows"] >= 1  # (a clip with a long pause decodes as two utterances)
+    assert "| ctc_draft (test_set=out_of_domain) | asr-tiny | 2 | 3 |" in format_refill_table([row])
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("kind", ["ar", "draft_model"])
 def test_rows_that_arrive_mid_decode_equal_each_row_alone(models, kind, temperature, torch_kernels):

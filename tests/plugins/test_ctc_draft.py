@@ -143,6 +143,39 @@ def test_strict_equals_ar_with_planted_drafts_ragged_batch(audio):
     assert singles == ar.sequences
 
 
+def test_continuous_batching_gives_the_transcripts_of_plain_batches(audio, torch_kernels):
+    """max_batch_size: utterances join the running decode as others finish. AR and every ctc_draft mode give
+    what plain batches give, with planted drafts of mixed quality (rows finish at different steps) and with
+    the encoder run one utterance at a time (its outputs joined, padded to the longest)."""
+    recognizer = BundledRecognizer(tiny_asr_model(sharpen=8.0))
+    ar = run(recognizer, audio)
+    refilled = run(recognizer, audio, max_batch_size=2)
+    assert refilled.sequences == ar.sequences and refilled.stats.extra["admitted_rows"] == 2
+    assert refilled.stats.target_nfe < ar.stats.target_nfe * 2  # two rows at a time, not one
+    texts = [s[:-1] if s[-1] == EOS else s for s in ar.sequences]
+    # Admitted rows draft their own hypotheses: each row verifies in as many passes as in a plain batch.
+    right = run(PlantedCTC(recognizer, texts), audio, {"mode": "strict"}, max_batch_size=2)
+    assert right.sequences == ar.sequences
+    assert right.stats.row_forwards == run(PlantedCTC(recognizer, texts), audio, {"mode": "strict"}).stats.row_forwards
+    planted = [corrupted(texts[0], 2), texts[1], texts[2][:2], texts[3] + [5, 6]]
+    for plugin in ({"mode": "strict"}, {"mode": "strict", "resync": False}, {"mode": "relaxed", "tau": None},
+                   {"mode": "strict", "redraft_tokens": 2, "backoff": False}):
+        batches = run(PlantedCTC(recognizer, planted), audio, plugin)
+        refilled = run(PlantedCTC(recognizer, planted), audio, plugin, max_batch_size=2)
+        assert refilled.sequences == batches.sequences, plugin
+        assert refilled.stats.extra["admitted_rows"] == 2
+        if plugin["mode"] == "strict":
+            assert refilled.sequences == ar.sequences
+    own = run(recognizer, audio, {"mode": "strict"}, batch_size=1, max_batch_size=3)
+    assert own.sequences == ar.sequences and own.stats.extra["admitted_rows"] == 1
+    with pytest.raises(ValueError, match="max_batch_size must be an int >= 1"):
+        run(recognizer, audio, max_batch_size=0)
+    whisper = ASRPipeline(tiny_random_recognizer())
+    assert "join" in whisper.continuous_batching_blocker()
+    with pytest.raises(ValueError, match="max_batch_size needs continuous batching"):
+        whisper(audio, sampling_rate=16000, max_batch_size=2)
+
+
 def test_strict_equals_ar_with_the_models_own_ctc(audio, torch_kernels):
     recognizer = BundledRecognizer(tiny_asr_model(seed=3, sharpen=8.0))
     ar = run(recognizer, audio)
@@ -355,6 +388,7 @@ def test_resync_alignment_rules():
     space = 4
     hyps = [[10, 11, 12, 13, EOS], [10, 11, 12, 13, EOS], [10, 11, 12, 13, EOS], [10, 11, 12, 13, EOS]]
     drafter = CTCHypothesisDrafter(hyps, pad_id=EOS, resync=True, boundary_ids=(space,))
+    drafter.begin(torch.empty(len(drafter.request_hyps), 0, dtype=torch.long), None)
     ctx = StepContext(last_tokens=torch.ones(4, dtype=torch.long), positions=torch.zeros(4, dtype=torch.long),
                       num_draft_tokens=5, logits=LogitsPipeline(), generator=None,
                       remaining=torch.full((4,), 50))
@@ -379,6 +413,7 @@ def test_backoff_probes_and_pauses_after_poor_passes_then_recovers():
     garbage = list(range(10, 30)) * 30  # 600 tokens the decoder never agrees with
     good = list(range(10, 70))
     drafter = CTCHypothesisDrafter([garbage, good], pad_id=EOS, resync=True, backoff=True)
+    drafter.begin(torch.empty(len(drafter.request_hyps), 0, dtype=torch.long), None)
     ctx = StepContext(last_tokens=torch.ones(2, dtype=torch.long), positions=torch.zeros(2, dtype=torch.long),
                       num_draft_tokens=600, logits=LogitsPipeline(), generator=None, remaining=torch.full((2,), 1000))
 
@@ -478,6 +513,7 @@ def test_redraft_tokens_caps_only_the_drafts_after_the_first_pass(audio):
 
     hyps = [list(range(10, 30)), list(range(10, 30))]
     drafter = CTCHypothesisDrafter(hyps, pad_id=EOS, resync=True, redraft_tokens=3)
+    drafter.begin(torch.empty(len(drafter.request_hyps), 0, dtype=torch.long), None)
     ctx = StepContext(last_tokens=torch.ones(2, dtype=torch.long), positions=torch.zeros(2, dtype=torch.long),
                       num_draft_tokens=20, logits=LogitsPipeline(), generator=None, remaining=torch.full((2,), 50))
     assert drafter.propose(ctx).lengths.tolist() == [20, 20]

@@ -227,13 +227,17 @@ def test_bench_generate_takes_prompts(pipes):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_bench_inputs_and_quality_of_a_text_to_image_model(pipes, kind):
+def test_bench_inputs_and_quality_of_a_text_to_image_model(pipes, kind, monkeypatch):
     """Without prompts, text-to-image models run on the built-in captions; quality is the target's NLL of the
     codes: greedy codes (each the argmax after its prefix) score lower than sampled ones, and those lower than
     uniformly random codes (an off-by-one in the alignment of logits and codes breaks both orders)."""
     from mmspec.vision.prompts import BENCH_PROMPTS
 
     pipe = pipes[kind]  # at the model's default size, as bench runs it
+    if kind == "emu3":  # Emu3's default is 90x90 codes (8 100 steps an image): the tiny model's default is 4x4
+        assert pipe.code_grid() == (90, 90)
+        monkeypatch.setattr(type(pipe.image_model), "default_grid", HF_GRID)  # built per access: patch its class
+    assert pipe.code_grid() == (HF_GRID, HF_GRID)
     inputs = pipe.bench_inputs(6, seed=0)
     assert inputs == list(BENCH_PROMPTS[:6])
     greedy, _ = pipe.bench_generate(inputs, 3, 0, {"guidance_scale": 1.0, "temperature": 0.0})

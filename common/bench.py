@@ -470,7 +470,7 @@ def run_all(markdown: str | Path | None, json_path: str | Path | None, device: s
         for row in REFILL_ROWS:
             if row["plugin"] == name:
                 add(run_refill_bench(name, model=row.get("model"), device=device, seed=seed, progress=progress,
-                                     settings=row.get("settings")))
+                                     settings=row.get("settings"), num_samples=row.get("num_samples")))
     if markdown:
         json_arg = f" --json {Path(json_path).name}" if json_path else ""
         write_markdown(results, markdown, f"mmspec bench --all{json_arg} --markdown {Path(markdown).name}")

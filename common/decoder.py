@@ -173,6 +173,11 @@ class SpeculativeDecoder:
         self.num_draft_tokens = num_draft_tokens
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
+        # Continuous batching admits waiting rows once this many places are free (or the batch ran empty). 1:
+        # at once. A drafter whose first draft per row is much wider than its later ones (ctc_draft proposes a
+        # whole hypothesis) raises it, so admitted rows share their wide first pass instead of each widening
+        # another step for the whole batch (on a CPU a step costs in proportion to rows x width).
+        self.admit_at_least = 1
 
     def refill_blocker(self) -> str | None:
         """None when this decoder can admit waiting rows into a running batch, else the reason it cannot."""
@@ -260,7 +265,8 @@ class SpeculativeDecoder:
                     ctx.remaining, ctx.requests = ctx.remaining[keep], ctx.requests[keep]
                     if isinstance(ctx.generator, list):
                         ctx.generator = [ctx.generator[i] for i in keep.tolist()]
-                if waiting and rows.numel() < limit:
+                free = limit - rows.numel()
+                if waiting and free > 0 and (free >= min(self.admit_at_least, len(waiting)) or not rows.numel()):
                     rows, ctx = self._admit(state, ctx, rows, waiting, limit, ids, mask, prefill_input,
                                             generator, max_new_tokens, stats)
             step += 1

@@ -17,8 +17,7 @@ def _error_text(base: dict, acc: dict, metric: str) -> str:
 
 def speech_table(results: list[dict]) -> str:
     """Rows measured on audio: WER next to inverse real-time factors, and the ceiling a method could reach
-    (AR time / CTC-only time: the `ctc_draft` row with mode=ctc at the same batch size, model and test set).
-    "8 refill": batch 8 with continuous batching (`max_batch_size=8`), for AR and the plugin alike."""
+    (AR time / CTC-only time: the `ctc_draft` row with mode=ctc at the same batch size, model and test set)."""
     speech = [r for r in results if "inverse_rtf" in r["accelerated"]
               and ({"wer", "words_per_clip"} & set(r["baseline"]["quality"]))]
     if not speech:
@@ -35,8 +34,7 @@ def speech_table(results: list[dict]) -> str:
         base, acc = r["baseline"], r["accelerated"]
         ceiling = ceilings.get((r["model"], r["batch_size"], test_set(r)))
         wer = _error_text(base["quality"], acc["quality"], "wer" if "wer" in base["quality"] else "words_per_clip")
-        batch = f"{r['batch_size']} refill" if r["settings"].get("max_batch_size") else r["batch_size"]
-        lines.append(f"| {r['plugin']} | {config_text(r)} | {r['model']} | {test_set(r)} | {batch} | "
+        lines.append(f"| {r['plugin']} | {config_text(r)} | {r['model']} | {test_set(r)} | {r['batch_size']} | "
                      f"{wer} | {_error_text(base['quality'], acc['quality'], 'cer')} | "
                      f"{base['inverse_rtf']:.0f} → {acc['inverse_rtf']:.0f} | {r['speedup']:.2f}× | "
                      f"{'—' if ceiling is None else f'{ceiling:.2f}×'} | {acc['gated_fraction']:.0%} | "

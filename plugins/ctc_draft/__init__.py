@@ -97,6 +97,12 @@ REDRAFT_TOKENS = 16
 # out-of-domain and 0.47 / 0.58 / 0.71 on German, whose drafts still pay. Drafting only changes speed: lossless
 # at any value (None: never skip).
 MAX_DRAFT_ENTROPY = 1.0
+# Default ``refill_admit_fraction``: continuous batching admits utterances once this share of the batch's places
+# is free. A row's first draft is its whole hypothesis (~40 tokens), later ones at most REDRAFT_TOKENS; admitted
+# one at a time, each new row widens another step for the whole batch, which a CPU pays in full. Measured
+# (asr-tiny, strict, batch 8, 48 clips, refill vs plain batches): at once 0.85x in-domain / 0.93x out-of-domain;
+# 0.375: 0.96x / 1.00x; 0.5: 0.98x / 1.03x; 0.75: 1.03x / 1.05x (AR gains 1.20x / 1.30x from refill).
+REFILL_ADMIT_FRACTION = 0.75
 
 
 class CTCHypothesisDrafter(Drafter):
@@ -296,6 +302,8 @@ class CTCDraftDecoder:
             target = self.recognizer.decoder(self.encoded, rows)
             loop = SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=drafter.width,
                                       eos_token_id=eos, pad_token_id=eos)
+            if max_batch_size is not None:
+                loop.admit_at_least = max(1, math.ceil(max_batch_size * config.refill_admit_fraction))
             gens = [generator[b] for b in rows.tolist()] if isinstance(generator, list) else generator
             index = rows.to(input_ids.device)
             out = loop.generate(input_ids[index], None if attention_mask is None else attention_mask[index],
@@ -348,6 +356,11 @@ class CTCDraftPlugin(Plugin):
                                                      doc="a row whose mean CTC frame entropy (nats) is above "
                                                          "this drafts nothing (plain AR: noise, no speech); "
                                                          "None: always draft")
+        refill_admit_fraction: float = field_range(0.0, 1.0, default=REFILL_ADMIT_FRACTION,
+                                                   doc="continuous batching (max_batch_size): admit waiting "
+                                                       "utterances once this share of the batch is free, so "
+                                                       "their wide first passes are shared (0: at once, best "
+                                                       "where a wide step costs about a narrow one, e.g. a GPU)")
         backoff: bool = field_choices((True, False), default=True,
                                       doc="with resync: after two poor verify passes in a row, draft short "
                                           "probes with growing pauses, so poor hypotheses cost about what "
@@ -364,9 +377,6 @@ class CTCDraftPlugin(Plugin):
         {"batch_size": 1, "settings": {"mode": "relaxed", "test_set": "out_of_domain"}},
         {"batch_size": 1, "settings": {"mode": "ctc", "test_set": "out_of_domain"}},
         {"batch_size": 8, "settings": {"mode": "strict", "test_set": "out_of_domain"}},
-        # Continuous batching (AR and plugin alike): a batch no longer waits for its worst-drafted row.
-        {"batch_size": 8, "settings": {"mode": "strict", "max_batch_size": 8}},
-        {"batch_size": 8, "settings": {"mode": "strict", "test_set": "out_of_domain", "max_batch_size": 8}},
         {"batch_size": 1, "num_samples": 40, "settings": {"mode": "strict", "test_set": "foreign"}},
         # Noise: AR's own transcripts are short (~24 steps), so the row times little work; 120 clips keep the
         # machine's jitter (a few % on 40 clips) below the effect being measured.

@@ -159,7 +159,8 @@ def test_continuous_batching_gives_the_transcripts_of_plain_batches(audio, torch
     assert right.stats.row_forwards == run(PlantedCTC(recognizer, texts), audio, {"mode": "strict"}).stats.row_forwards
     planted = [corrupted(texts[0], 2), texts[1], texts[2][:2], texts[3] + [5, 6]]
     for plugin in ({"mode": "strict"}, {"mode": "strict", "resync": False}, {"mode": "relaxed", "tau": None},
-                   {"mode": "strict", "redraft_tokens": 2, "backoff": False}):
+                   {"mode": "strict", "redraft_tokens": 2, "backoff": False},
+                   {"mode": "strict", "refill_admit_fraction": 0.0}):  # admitted one by one, at once
         batches = run(PlantedCTC(recognizer, planted), audio, plugin)
         refilled = run(PlantedCTC(recognizer, planted), audio, plugin, max_batch_size=2)
         assert refilled.sequences == batches.sequences, plugin

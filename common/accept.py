@@ -20,7 +20,10 @@ from .tree import TreeSpec
 @dataclass
 class Draft:
     tokens: torch.Tensor  # [B, K] long; chain drafts, or tree nodes 1..N in TreeSpec order
-    probs: torch.Tensor | None = None  # [B, K, V] processed draft distributions; None for deterministic drafts
+    # Chains: [B, K, V] processed draft distributions (None: deterministic drafts). Trees: [B, N+1, V], the draft
+    # distribution at each node from which its first child (rank 0) was sampled; the other children are
+    # deterministic proposals (None: every child is).
+    probs: torch.Tensor | None = None
     tree: TreeSpec | None = None
     forwards: int = 0  # drafter forward passes spent on this draft
     lengths: torch.Tensor | None = None  # [B] long; chain drafts row b really has (ragged chains), None = K each
@@ -115,7 +118,13 @@ def tree_accept(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor
     with probability p'(x) where p' is the target distribution with the
     already rejected siblings removed and renormalised (lossless for
     deterministic multi-candidate drafts). If no child is kept, the extra token
-    comes from p' (or is the bonus token at a leaf).
+    comes from p' (or is the bonus token at a leaf). With `draft.probs` (trees:
+    the draft distribution q at each node), a node's first child was sampled from
+    q: it is kept with probability min(1, p(x) / q(x)), as in a chain, and a
+    rejection leaves the residual norm(max(0, p − q)) for the deterministic
+    siblings after it (each step exact for the residual it is given, so the whole
+    is lossless). On flat targets a sampled child is kept far more often than any
+    top-ranked one.
     uniforms: [B, N+2]; column i tests node i, the last column samples the extra token.
 
     relax(probs [B, V] normalised, tokens [B]) -> (relaxed probability [B], merged [B, k] token ids, -1
@@ -184,6 +193,8 @@ def _tree_accept_greedy(draft: Draft, target_probs: torch.Tensor, relax) -> Acce
 def _tree_accept_sampled(draft: Draft, target_probs: torch.Tensor, uniforms: torch.Tensor, relax) -> Acceptance:
     device = draft.tokens.device
     batch = draft.tokens.shape[0]
+    if draft.probs is not None and relax is not None:
+        raise ValueError("a relaxed tree test takes deterministic children only (draft.probs must be None)")
     tree = _batched(draft.tree, batch, device)
     rows = torch.arange(batch, device=device)
     node_tokens = torch.cat([torch.full((batch, 1), -1, device=device, dtype=torch.long), draft.tokens], 1)
@@ -210,14 +221,21 @@ def _tree_accept_sampled(draft: Draft, target_probs: torch.Tensor, uniforms: tor
             tok = node_tokens[rows, cand.clamp(min=0)].clamp(min=0)
             p_tok = p.gather(1, tok[:, None]).squeeze(1)
             mass = p.sum(-1)
+            if c == 0 and draft.probs is not None:  # sampled from q: the chain's test, then p <- max(0, p - q)
+                q = draft.probs[rows, node]
+                q_tok = q.gather(1, tok[:, None]).squeeze(1)
+                ok = (uniforms[rows, cand.clamp(min=0)] * q_tok * mass <= p_tok) & (p_tok > 0)
+                reject = open_ & ~ok
+                residual = (p / mass.clamp_min(torch.finfo(p.dtype).tiny)[:, None] - q).clamp(min=0)
+                p = torch.where(reject[:, None], residual, p)
+                chosen = torch.where(open_ & ok, cand, chosen)
+                continue
             if relax is None:
                 test = p_tok
             else:
                 relaxed, merged = relax(p / mass.clamp_min(torch.finfo(p.dtype).tiny)[:, None], tok)
                 test = relaxed * mass
-            ok = uniforms[rows, cand.clamp(min=0)] * mass <= test
-            if relax is not None:
-                ok &= p_tok > 0
+            ok = (uniforms[rows, cand.clamp(min=0)] * mass <= test) & (p_tok > 0)
             reject = open_ & ~ok
             keep = torch.ones_like(p).scatter_(1, tok[:, None], (~reject).to(p.dtype)[:, None])
             if relax is not None:  # the tokens merged into a rejected x leave the residual with it

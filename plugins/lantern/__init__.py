@@ -163,6 +163,9 @@ class _EaglePlugin(Plugin):
     requires = CodeGrid
     head_trainer = "mmspec.plugins.lantern.train:train_eagle_head"
     bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
+    # Sampled static trees draw each node's first child from the head (see EagleDrafter); LANTERN's relaxed test
+    # takes deterministic children only.
+    sampled_tree_children = False
 
     def __init__(self, **config):
         super().__init__(**config)
@@ -214,7 +217,8 @@ class _EaglePlugin(Plugin):
     def build_decoder(self, pipeline, request):
         target, logits = request.target, request.logits
         rule = self._rule(request.structure, target, logits)
-        drafter = EagleDrafter(self.head(target), target, tree=self.tree, dynamic=self.dynamic)
+        drafter = EagleDrafter(self.head(target), target, tree=self.tree, dynamic=self.dynamic,
+                               sampled_children=self.sampled_tree_children)
         chain = self.tree is None and self.dynamic is None
         return SpeculativeDecoder(target, drafter, rule, logits,
                                   num_draft_tokens=self.config.num_draft_tokens if chain else 0,
@@ -237,6 +241,7 @@ class EaglePlugin(_EaglePlugin):
     lossless = True
     paper = "Li et al. 2024, EAGLE (arXiv:2401.15077), the drafter of LANTERN (arXiv:2410.03355)"
     Config = EagleConfig
+    sampled_tree_children = True
     bench_variants = _sweep({"tree_branching": "4,2,1,1"}, {"temperature": 0.0})
 
 

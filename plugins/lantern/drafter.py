@@ -145,13 +145,16 @@ class EagleDrafter(Drafter):
 
     Chains are sampled from the head's processed distribution (greedy: its argmax) and come with those
     distributions for speculative sampling. Tree children are the head's top-ranked tokens at their parent
-    (deterministic proposals, verified by multi-candidate rejection).
+    (deterministic proposals, verified by multi-candidate rejection); with `sampled_children` and sampling,
+    a static tree's first child at each node is drawn from the head's distribution instead (and the rest are
+    the top-ranked others), which a flat target keeps far more often. Dynamic trees rank by confidence: their
+    children stay deterministic.
     """
 
     needs_hidden = True
 
     def __init__(self, head: EagleHead, target: ARModel, tree: TreeSpec | None = None,
-                 dynamic: tuple[int, int, int] | None = None):
+                 dynamic: tuple[int, int, int] | None = None, sampled_children: bool = False):
         if tree is not None and dynamic is not None:
             raise ValueError("give a static tree or a dynamic one (depth, top_k, total_tokens), not both")
         if dynamic is not None:
@@ -159,6 +162,7 @@ class EagleDrafter(Drafter):
         self.bound = BoundHead(head, target)
         self.tree = tree
         self.dynamic = dynamic  # EAGLE-2: (depth, top_k, total_tokens), a tree per row and step
+        self.sampled_children = sampled_children
         self.guidance_scale = target.guidance_scale if isinstance(target, CFGModel) else None
         self.vocab_size = target.vocab_size
         self.state: DecodeState | None = None
@@ -231,16 +235,37 @@ class EagleDrafter(Drafter):
 
     def _propose_tree(self, ctx: StepContext, root: torch.Tensor) -> Draft:
         """One head forward per tree level (all of the level's nodes at once); a node's children are its draft
-        distribution's top-ranked tokens. The tree's shape is read from host-side tables: no device reads."""
+        distribution's top-ranked tokens, or with `sampled_children` under sampling a token drawn from it first
+        and then the top-ranked others. The tree's shape is read from host-side tables: no device reads."""
         tree, b = self.tree, ctx.last_tokens.shape[0]
         device = ctx.last_tokens.device
+        sample = self.sampled_children and not ctx.logits.greedy
         fan_out = tree.child_table.shape[1]  # the most children any node has: the top-k each node needs
         node_tokens = torch.full((b, tree.num_nodes + 1), -1, dtype=torch.long, device=device)
         node_tokens[:, 0] = ctx.last_tokens
         features = root.new_zeros(root.shape[0], tree.num_nodes + 1, root.shape[-1])  # 2B rows with guidance
         features[:, 0] = root[:, 0]
         top = torch.zeros(b, tree.num_nodes + 1, fan_out, dtype=torch.long, device=device)
-        top[:, 0] = ctx.logits.process(self._draft_logits(root)[:, 0]).topk(fan_out, -1).indices
+        uniforms = draw_uniform(ctx.generator, b, tree.num_nodes + 1, device) if sample else None
+        node_probs = None
+        if sample:
+            node_probs = torch.zeros(b, tree.num_nodes + 1, self.vocab_size, device=device)
+
+        def children(logits: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+            """[b, L, V] head logits at `nodes` [L] -> their children's tokens [b, L, fan_out], by rank."""
+            if not sample:
+                return ctx.logits.process(logits).topk(fan_out, -1).indices
+            q = ctx.logits.probs(logits)
+            node_probs[:, nodes] = q
+            drawn = sample_inverse_cdf(q.flatten(0, 1), uniforms[:, nodes].flatten()).view(b, -1)
+            # The top fan_out + 1 tokens hold fan_out that differ from the drawn one: the deterministic siblings,
+            # in rank order (the drawn token, if among them, sorts last and is cut).
+            ranked = q.topk(min(fan_out + 1, q.shape[-1]), -1).indices
+            rank = torch.arange(ranked.shape[-1], device=device) + (ranked == drawn[..., None]) * ranked.shape[-1]
+            rest = ranked.gather(-1, rank.argsort(-1)[..., : fan_out - 1])
+            return torch.cat([drawn[..., None], rest], -1)
+
+        top[:, :1] = children(self._draft_logits(root)[:, :1], torch.tensor([0], device=device))
         forwards = 1
         for d in range(1, tree.max_depth + 1):
             level = torch.tensor(tree.levels[d], device=device)
@@ -254,8 +279,8 @@ class EagleDrafter(Drafter):
                                  tree=tree, tree_nodes=torch.tensor(tree.levels[d]))
             forwards += 1
             features[:, level] = out.to(features.dtype)
-            top[:, level] = ctx.logits.process(self._draft_logits(out)).topk(fan_out, -1).indices
-        return Draft(tokens=node_tokens[:, 1:], probs=None, tree=tree, forwards=forwards)
+            top[:, level] = children(self._draft_logits(out), level)
+        return Draft(tokens=node_tokens[:, 1:], probs=node_probs, tree=tree, forwards=forwards)
 
     def _propose_dynamic(self, ctx: StepContext, root: torch.Tensor) -> Draft:
         """EAGLE-2: grow each row's tree from the head's confidence (`DynamicTreeBuilder`), one head forward per

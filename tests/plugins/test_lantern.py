@@ -235,7 +235,8 @@ def distilled_head(model, steps=150, seed=0):
 _HEADS = {}
 
 
-def eagle_decoder(model, logits, rule=None, tree=None, k=3, seed=0, trained=True):
+def eagle_decoder(model, logits, rule=None, tree=None, k=3, seed=0, trained=True, sampled_children=False,
+                  drafter_class=EagleDrafter):
     """tree: None (a chain of k), a TreeSpec, or a `Dynamic` (EAGLE-2 trees grown per row and step)."""
     target = HFCausalLM(model)
     if trained:
@@ -248,8 +249,8 @@ def eagle_decoder(model, logits, rule=None, tree=None, k=3, seed=0, trained=True
     rule = rule or (GreedyMatch() if logits.greedy else SpeculativeSampling())
     dynamic = tree.settings if isinstance(tree, Dynamic) else None
     static = None if dynamic is not None else tree
-    return SpeculativeDecoder(target, EagleDrafter(head, target, tree=static, dynamic=dynamic), rule, logits,
-                              num_draft_tokens=0 if tree is not None else k)
+    drafter = drafter_class(head, target, tree=static, dynamic=dynamic, sampled_children=sampled_children)
+    return SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=0 if tree is not None else k)
 
 
 class Dynamic:
@@ -317,6 +318,33 @@ def test_eagle_sampling_follows_the_target_law(small_model, tree, rule, torch_ke
                                exact_law(small_model, logits))
     assert pvalue > 1e-3
     assert 1.1 < stats.mean_accepted  # drafts are kept
+
+
+class ArgmaxFirstChildren(EagleDrafter):
+    """A planted bug: each node's first child is its draft distribution's argmax, yet the draft still says it was
+    sampled from that distribution."""
+
+    def _propose_tree(self, ctx, root):
+        draft = super()._propose_tree(ctx, root)
+        tree = draft.tree
+        for node in range(1, tree.num_nodes + 1):
+            if tree.ranks[node] == 0:
+                draft.tokens[:, node - 1] = draft.probs[:, tree.parents[node]].argmax(-1)
+        return draft
+
+
+@pytest.mark.parametrize("branching", [[2, 1], [3, 2]])
+def test_trees_with_sampled_first_children_follow_the_target_law(small_model, branching, torch_kernels):
+    """eagle's sampled trees: each node's first child drawn from the head, kept with min(1, p/q), the residual
+    max(0, p - q) left to its top-ranked siblings. Exact in law; first children not drawn from q are caught."""
+    logits = LogitsPipeline(temperature=1.0)
+    law = exact_law(small_model, logits)
+    pvalue, stats = law_pvalue(eagle_decoder(small_model, logits, tree=TreeSpec.full(branching), trained=False,
+                                             sampled_children=True), law)
+    assert pvalue > 1e-3 and stats.mean_accepted > 1.1
+    bugged, _ = law_pvalue(eagle_decoder(small_model, logits, tree=TreeSpec.full(branching), trained=False,
+                                         sampled_children=True, drafter_class=ArgmaxFirstChildren), law)
+    assert bugged < 1e-6
 
 
 @pytest.mark.parametrize("rule", ["residual-bug", "relaxed"])

@@ -242,7 +242,8 @@ class EaglePlugin(_EaglePlugin):
     paper = "Li et al. 2024, EAGLE (arXiv:2401.15077), the drafter of LANTERN (arXiv:2410.03355)"
     Config = EagleConfig
     sampled_tree_children = True
-    bench_variants = _sweep({"tree_branching": "4,2,1,1"}, {"temperature": 0.0})
+    bench_variants = _sweep({"tree_branching": "4,2,1,1"}, {"temperature": 0.0}) + (
+        {"batch_size": 1, "num_samples": 40, "settings": {"tree_branching": "4,2,1,1"}},)
 
 
 @register_plugin("lantern")

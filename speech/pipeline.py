@@ -212,8 +212,8 @@ class ASRPipeline(Pipeline):
             raise ValueError(f"got {len(generators)} generators for {len(waves)} inputs")
         pieces, owners, piece_generators, notes = self._utterances(waves, generators, segment)
         if max_batch_size is not None:
-            texts, sequences, stats = self._transcribe_refilled(pieces, logits, max_new_tokens, piece_generators,
-                                                                batch_size, max_batch_size)
+            texts, sequences, stats = self._transcribe(pieces, logits, max_new_tokens, piece_generators, batch_size,
+                                                       max_batch_size)
             output = self._join_pieces(len(waves), owners, texts, sequences, stats, notes, max_new_tokens)
             return output if return_dict else (output.texts,)
         texts, sequences, stats = [], [], DecodeStats()
@@ -222,9 +222,8 @@ class ASRPipeline(Pipeline):
                    **{k: v for k, v in self._progress.items() if k != "disable"})
         for start in bar:
             chunk = pieces[start:start + batch_size]
-            gens = piece_generators[start:start + batch_size]
-            batch_gen = None if all(g is None for g in gens) else gens
-            t, s, st = self._transcribe_batch(chunk, logits, max_new_tokens, batch_gen)
+            t, s, st = self._transcribe(chunk, logits, max_new_tokens, piece_generators[start:start + batch_size],
+                                        len(chunk))
             texts += t
             sequences += s
             stats = stats.merge(st)
@@ -279,15 +278,18 @@ class ASRPipeline(Pipeline):
         return ASROutput(texts=[" ".join(parts) for parts in joined], sequences=ids, stats=stats,
                          segments=segments, warnings=notes)
 
-    def _transcribe_refilled(self, waves, logits, max_new_tokens, generators, batch_size, max_batch_size):
-        """All utterances of a call: encoded `batch_size` at a time, decoded with continuous batching."""
+    def _transcribe(self, waves, logits, max_new_tokens, generators, encode_batch, max_batch_size=None):
+        """Utterances `waves`: encoded `encode_batch` at a time, then decoded as one call (with max_batch_size:
+        at most that many at once, admitting the next as one finishes). Texts, decoder ids, statistics."""
+        if not waves:  # every input was silent: nothing to encode or decode
+            return [], [], DecodeStats()
         begin = time.perf_counter()
         parts, audio = [], 0.0
-        for start in range(0, len(waves), batch_size):
-            padded, num_samples = pad_waves(waves[start:start + batch_size])
+        for start in range(0, len(waves), encode_batch):
+            padded, num_samples = pad_waves(waves[start:start + encode_batch])
             parts.append(self.recognizer.encode(padded.to(self.device), num_samples.to(self.device)))
             audio += float(num_samples.sum()) / SAMPLE_RATE
-        encoded = self.recognizer.join_encoded(parts)
+        encoded = parts[0] if len(parts) == 1 else self.recognizer.join_encoded(parts)
         encode_time = time.perf_counter() - begin
         batch_gen = None if all(g is None for g in generators) else generators
         out = self.decode(encoded, logits, max_new_tokens, batch_gen, max_batch_size=max_batch_size)
@@ -297,20 +299,6 @@ class ASRPipeline(Pipeline):
         stats.add(AUDIO_SECONDS, audio)
         sequences = out.tolist()
         return [self.recognizer.decoder_ids_to_text(s) for s in sequences], sequences, stats
-
-    def _transcribe_batch(self, waves, logits, max_new_tokens, generator):
-        begin = time.perf_counter()
-        padded, num_samples = pad_waves(waves)
-        encoded = self.recognizer.encode(padded.to(self.device), num_samples.to(self.device))
-        encode_time = time.perf_counter() - begin
-        out = self.decode(encoded, logits, max_new_tokens, generator)
-        stats = out.stats
-        stats.time_encode_s += encode_time
-        stats.time_total_s = time.perf_counter() - begin
-        stats.add(AUDIO_SECONDS, float(num_samples.sum()) / SAMPLE_RATE)
-        sequences = out.tolist()
-        texts = [self.recognizer.decoder_ids_to_text(s) for s in sequences]
-        return texts, sequences, stats
 
     def decode(self, encoded, logits: LogitsPipeline, max_new_tokens: int, generator,
                max_batch_size: int | None = None):

@@ -136,8 +136,6 @@ class BundledRecognizer(SpeechRecognizer):
         return ASRDecoderAdapter(self.model, context)
 
     def join_encoded(self, parts):
-        if len(parts) == 1:
-            return parts[0]
         width = max(p.ctc_logits.shape[1] for p in parts)
 
         def stack(tensors):  # [B, T, ...] each -> [sum B, width, ...], zero frames past each part's own

@@ -169,6 +169,8 @@ def test_continuous_batching_gives_the_transcripts_of_plain_batches(audio, torch
             assert refilled.sequences == ar.sequences
     own = run(recognizer, audio, {"mode": "strict"}, batch_size=1, max_batch_size=3)
     assert own.sequences == ar.sequences and own.stats.extra["admitted_rows"] == 1
+    with pytest.warns(UserWarning, match="no speech found"):  # silent inputs: no utterance to encode or decode
+        assert run(recognizer, [torch.zeros(16000)] * 3, {"mode": "strict"}, max_batch_size=2).texts == [""] * 3
     with pytest.raises(ValueError, match="max_batch_size must be an int >= 1"):
         run(recognizer, audio, max_batch_size=0)
     whisper = ASRPipeline(tiny_random_recognizer())

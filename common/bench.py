@@ -65,12 +65,11 @@ def split_settings(pipeline, plugin_cls, settings: dict, bench: bool = False) ->
     return call, config
 
 
-def _interleaved_runs(baseline, accelerated, inputs, batch_size, seed, call, *more):
-    """Run the AR and the plugin pipeline (and any `more`) batch by batch, alternating, so machine-load drift
-    hits all alike. One (sequences, stats, seconds) per pipeline, in order."""
+def interleaved_runs(pipes, inputs, batch_size, seed, call):
+    """Run the pipelines (e.g. AR and a plugin) batch by batch, alternating, so machine-load drift hits all
+    alike. One (sequences, stats, seconds) per pipeline, in order."""
     from .stats import DecodeStats
 
-    pipes = (baseline, accelerated, *more)
     runs = [([], DecodeStats(), 0.0) for _ in pipes]
     for start in range(0, len(inputs), batch_size):
         chunk = inputs[start:start + batch_size]
@@ -106,7 +105,8 @@ def _summary(stats, latency, num_samples, quality, extra: dict) -> dict:
             "time_split_s": {"draft": stats.time_draft_s, "verify": stats.time_verify_s,
                              "accept": stats.time_accept_s, "prefill": stats.time_prefill_s,
                              "total": stats.time_total_s},
-            "quality": quality}
+            "quality": quality,
+            **({"tree_node_accepts": stats.tree_node_accepts} if stats.tree_node_accepts else {})}
 
 
 def _exact_match(a: list[list[int]], b: list[list[int]]) -> float:
@@ -159,8 +159,8 @@ def run_bench(plugin: str, model: str | None = None, num_samples: int | None = N
 
     progress(f"[bench] {plugin}: ar and {plugin} on {num_samples} samples, batch {batch_size}"
              + (" (compiled forwards)" if compile is not None else ""))
-    (base_seq, base_stats, base_time), (acc_seq, acc_stats, acc_time) = _interleaved_runs(
-        base_pipe, acc_pipe, inputs, batch_size, seed, call)
+    (base_seq, base_stats, base_time), (acc_seq, acc_stats, acc_time) = interleaved_runs(
+        (base_pipe, acc_pipe), inputs, batch_size, seed, call)
     peer = accelerated.bench_peer(pipeline, inputs, call)
     if peer is not None:
         peer_seq = peer.pop("sequences", None)
@@ -233,7 +233,7 @@ def run_compile_bench(plugin: str, model: str | None = None, num_samples: int | 
     warm = _warm_up((ar, acc, ar_compiled, acc_compiled), inputs, batch_size, seed, call, True)
     progress(f"[bench] {plugin}: ar and {plugin}, eager and compiled, on {num_samples} samples, batch {batch_size}")
     compiled_before = _compiled_graphs()
-    runs = _interleaved_runs(ar, acc, inputs, batch_size, seed, call, ar_compiled, acc_compiled)
+    runs = interleaved_runs((ar, acc, ar_compiled, acc_compiled), inputs, batch_size, seed, call)
     compiled_while_timed = _compiled_graphs() - compiled_before
     (ar_seq, _, ar_s), (acc_seq, _, acc_s), (arc_seq, _, arc_s), (accc_seq, _, accc_s) = runs
     greedy = call.get("temperature", 0.0) == 0

@@ -1,4 +1,4 @@
-"""The `mmspec` command: list, bench, generate, batch."""
+"""The `mmspec` command: list, bench, generate, batch, train-head, plan-tree."""
 
 from __future__ import annotations
 
@@ -250,6 +250,28 @@ def cmd_batch(args) -> int:
     return 0
 
 
+def cmd_plan_tree(args) -> int:
+    log = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    check_plugin_name(args.plugin)
+    check_device(args.device)
+    for name in ("num_samples", "timing_samples", "batch_size", "max_nodes"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    quiet_weight_loading()
+    from dataclasses import asdict
+
+    from .bench import parse_settings
+    from .tree_plan import format_plan, plan_tree
+
+    plan = plan_tree(args.plugin, model=args.model, num_samples=args.num_samples,
+                     timing_samples=args.timing_samples, batch_size=args.batch_size, max_nodes=args.max_nodes,
+                     seed=args.seed, device=args.device, settings=parse_settings(args.set), progress=log)
+    if args.json:
+        Path(args.json).write_text(json.dumps({**asdict(plan), "best": asdict(plan.best)}, indent=2))
+    print(format_plan(plan))
+    return 0
+
+
 def cmd_train_head(args) -> int:
     import importlib
 
@@ -322,6 +344,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "target's and drafter's forward costs, and what bounds the speed-up")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("plan-tree", help="plan a plugin's static draft tree for this machine (Sequoia-style: "
+                       "measured acceptance by depth and rank, measured step cost)")
+    p.add_argument("plugin", help="a tree-drafting plugin: eagle, lantern, lantern++, speculative, ssd, rvq_spec")
+    p.add_argument("--model", default=None, help="as for bench")
+    p.add_argument("--num-samples", type=int, default=16, help="calibration inputs (acceptance by depth and rank)")
+    p.add_argument("--timing-samples", type=int, default=2, help="inputs each candidate tree decodes to time it")
+    p.add_argument("--batch-size", type=int, default=1, help="the batch size to plan for")
+    p.add_argument("--max-nodes", type=int, default=24, help="the largest tree considered")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="pipeline settings (e.g. temperature=0) and plugin config, as for bench")
+    p.add_argument("--json", default=None, help="write the plan (every candidate, the acceptance table) here")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_plan_tree)
 
     p = sub.add_parser("generate", help="generate with a plugin on the bundled model", add_help=False,
                        epilog="The bundled model's pipeline adds its own input flags; `mmspec generate PLUGIN "

@@ -229,8 +229,10 @@ class SpeculativeDecoder:
             with stats.timer("accept", device):
                 acc = self.accept_rule(draft, target_probs, ctx.generator)
             committed = acc.num_accepted + 1
+            static_tree = draft.tree is not None and draft.tree.depth.dim() == 1  # one tree for every row
             stats.record_step(committed, draft.num_tokens if draft.tree is None else draft.tree.max_depth,
-                              draft.lengths)
+                              draft.lengths, acc.path_nodes if static_tree else None,
+                              draft.tree.num_nodes if static_tree else 0)
             row_forwards[rows] += 1
             row_committed[rows] += committed
             with stats.timer("accept", device):

@@ -127,7 +127,7 @@ class DraftModelDrafter(Drafter):
 
     def _propose_tree(self, ctx):
         """Children of a node are its draft distribution's top-ranked tokens (deterministic proposals); one
-        draft forward per tree level, the tree's shape read from host-side tables (no device reads)."""
+        draft forward per tree level over the level's nodes that have children, the tree's shape read from host-side tables (no device reads)."""
         tree = self.tree
         batch, device = ctx.last_tokens.shape[0], ctx.last_tokens.device
         fan_out = tree.child_table.shape[1]  # the most children any node has: the top-k each node needs
@@ -137,17 +137,15 @@ class DraftModelDrafter(Drafter):
         top[:, 0] = ctx.logits.process(self._feed_root(ctx, tree)).topk(fan_out, -1).indices
         forwards = 1
         for d in range(1, tree.max_depth + 1):
-            level = torch.tensor(tree.levels[d], device=device)
-            parents = torch.tensor([tree.parents[n] for n in tree.levels[d]], device=device)
-            ranks = torch.tensor([tree.ranks[n] for n in tree.levels[d]], device=device)
-            node_tokens[:, level] = top[:, parents, ranks]
+            index = tree.level_index(d, device)
+            node_tokens[:, index.nodes] = top[:, index.parents, index.ranks]
             if d == tree.max_depth:
                 break
-            positions = (ctx.positions[:, None] + d).expand(-1, level.numel())
-            out = self.model.forward(self.state, node_tokens[:, level], positions, tree=tree,
-                                     tree_nodes=torch.tensor(tree.levels[d]))
+            grow = index.expanding  # the draft model runs only on nodes that have children
+            positions = (ctx.positions[:, None] + d).expand(-1, grow.numel())
+            out = self.model.forward(self.state, node_tokens[:, grow], positions, tree=tree, tree_nodes=grow)
             forwards += 1
-            top[:, level] = ctx.logits.process(out.logits).topk(fan_out, -1).indices
+            top[:, grow] = ctx.logits.process(out.logits).topk(fan_out, -1).indices
         return Draft(tokens=node_tokens[:, 1:], probs=None, tree=tree, forwards=forwards)
 
     def _propose_dynamic(self, ctx):

@@ -21,6 +21,9 @@ class DecodeStats:
     accepted_hist: list[int] = field(default_factory=list)  # [k] = row-steps that committed k tokens
     drafted_per_position: list[int] = field(default_factory=list)  # row-steps that proposed draft i
     accepted_per_position: list[int] = field(default_factory=list)  # row-steps that accepted draft i
+    # Static draft trees: [i] = row-steps whose accepted path held node i (node 0, the root: every row-step).
+    # With the tree's shape this gives the acceptance of each (depth, sibling rank): see `tree_plan`.
+    tree_node_accepts: list[int] = field(default_factory=list)
     time_draft_s: float = 0.0
     time_verify_s: float = 0.0
     time_accept_s: float = 0.0
@@ -67,18 +70,25 @@ class DecodeStats:
 
     def __post_init__(self) -> None:
         self._pending: list[tuple[torch.Tensor, int, torch.Tensor | None]] = []  # steps not yet tallied
+        self._pending_paths: list[tuple[torch.Tensor, int]] = []  # accepted tree paths not yet tallied
 
-    def record_step(self, committed: torch.Tensor, num_drafted: int, lengths: torch.Tensor | None = None) -> None:
+    def record_step(self, committed: torch.Tensor, num_drafted: int, lengths: torch.Tensor | None = None,
+                    path_nodes: torch.Tensor | None = None, num_tree_nodes: int = 0) -> None:
         """committed: [B] tokens committed per active row this step (accepted drafts + 1); lengths [B]: drafts
-        each row really had (ragged chains), None = num_drafted for every row.
+        each row really had (ragged chains), None = num_drafted for every row; path_nodes [B, P] (-1 padded):
+        the accepted path of a static tree of num_tree_nodes draft nodes, root included.
 
         Tallied lazily (`settle`, and whenever a figure is read): reading the tensors each step would make the
         host wait for the device every step."""
         self.row_steps += committed.numel()
         self._pending.append((committed, num_drafted, lengths))
+        if path_nodes is not None:
+            self._pending_paths.append((path_nodes, num_tree_nodes + 1))
 
     def settle(self) -> None:
-        """Tally the recorded steps into the histogram and per-position counts: one host sync for all."""
+        """Tally the recorded steps into the histogram and per-position counts (one host read for all), and the
+        accepted tree paths into `tree_node_accepts` (one more, when there are any)."""
+        self._settle_paths()
         if not self._pending:
             return
         pending, self._pending = self._pending, []
@@ -107,6 +117,19 @@ class DecodeStats:
             totals = getattr(self, name)
             for i, n in enumerate(counts):
                 totals[i] += n
+
+    def _settle_paths(self) -> None:
+        if not self._pending_paths:
+            return
+        pending, self._pending_paths = self._pending_paths, []
+        width = max(n for _, n in pending)
+        counts = torch.zeros(width + 1, dtype=torch.long, device=pending[0][0].device)
+        for nodes, _ in pending:  # shifted by one so the -1 padding lands in bin 0 and is dropped
+            counts += torch.bincount(nodes.flatten().to(counts.device) + 1, minlength=width + 1)[: width + 1]
+        if len(self.tree_node_accepts) < width:
+            self.tree_node_accepts += [0] * (width - len(self.tree_node_accepts))
+        for i, n in enumerate(counts[1:].tolist()):
+            self.tree_node_accepts[i] += n
 
     @contextmanager
     def timer(self, phase: str, device=None):

@@ -10,8 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
+
+
+class LevelIndex(NamedTuple):
+    """One depth of a static tree, as index tensors for drafting it."""
+    nodes: torch.Tensor  # [L] node ids at this depth
+    parents: torch.Tensor  # [L] each one's parent
+    ranks: torch.Tensor  # [L] each one's rank among its siblings
+    expanding: torch.Tensor  # [E] the ids of those with children: only they need a drafter forward (a leaf's
+    #                          own prediction is never read)
+    expanding_parents: torch.Tensor  # [E] their parents
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,18 @@ class TreeSpec:
     def nodes_at_depth(self, d: int) -> list[int]:
         return list(self.levels[d])
 
+    def level_index(self, d: int, device) -> "LevelIndex":
+        """Index tensors for drafting depth d (>= 1), from host tables (no device reads); built once per depth
+        and device, then reused."""
+        key = ("level", d, str(torch.device(device)))
+        if key not in self._device_copies:
+            nodes, parents = self.levels[d], set(self.parents)
+            expanding = [n for n in nodes if n in parents]
+            self._device_copies[key] = LevelIndex(*(torch.tensor(ids, dtype=torch.long, device=device) for ids in (
+                nodes, [self.parents[n] for n in nodes], [self.ranks[n] for n in nodes], expanding,
+                [self.parents[n] for n in expanding])))
+        return self._device_copies[key]
+
     def on(self, device) -> "TreeSpec":
         """This tree with its tensors on `device` (copied once per device, then reused)."""
         device = torch.device(device)
@@ -131,18 +154,42 @@ class TreeSpec:
 
 
 def parse_branching(text, field: str = "tree_branching") -> TreeSpec | None:
-    """A static tree from a config string such as "3,2,1" (children per depth); "" means a chain (None).
-    `field` names the config field in errors."""
+    """A static tree from a config string: children per depth such as "3,2,1" (every node at depth d has
+    that many), or node paths separated by ';' such as "0;1;0.0;0.0.0" (rank of each child from the root,
+    dot-separated: any shape, e.g. one `mmspec plan-tree` printed); "" means a chain (None). `field` names
+    the config field in errors."""
     if isinstance(text, int) and not isinstance(text, bool):  # `--set tree_branching=3` parses as an int
         text = str(text)
     if not isinstance(text, str):
-        raise ValueError(f"{field} must be a string like '3,2,1' ('' = chain), got {text!r}")
+        raise ValueError(f"{field} must be a string like '3,2,1' or '0;1;0.0' ('' = chain), got {text!r}")
     if not text:
         return None
+    if ";" in text:
+        return _parse_paths(text, field)
     try:
         branching = [int(b) for b in str(text).split(",")]
     except ValueError:
-        raise ValueError(f"{field} must be comma-separated ints >= 1 like '3,2,1', got {text!r}") from None
+        raise ValueError(f"{field} must be comma-separated ints >= 1 like '3,2,1', or ';'-separated node paths "
+                         f"like '0;1;0.0', got {text!r}") from None
     if any(b < 1 for b in branching):
         raise ValueError(f"{field} entries must be >= 1, got {text!r}")
     return TreeSpec.full(branching)
+
+
+def _parse_paths(text: str, field: str) -> TreeSpec:
+    try:
+        paths = [tuple(int(r) for r in part.strip().split(".")) for part in text.split(";") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{field}: node paths are dot-separated child ranks >= 0 separated by ';' like "
+                         f"'0;1;0.0', got {text!r}") from None
+    try:
+        return TreeSpec.from_paths(paths)
+    except ValueError as err:
+        raise ValueError(f"{field}: {err} (in {text!r})") from None
+
+
+def format_paths(tree: TreeSpec) -> str:
+    """The `tree_branching` string that names `tree` node by node ("0;1;0.0"); `parse_branching` reads it.
+    A one-node tree is "0;" (the ';' marks node paths: "1" would be children per depth)."""
+    text = ";".join(".".join(str(r) for r in p) for p in tree.paths)
+    return text if len(tree.paths) > 1 else text + ";"

@@ -234,7 +234,8 @@ class EagleDrafter(Drafter):
                      forwards=k)
 
     def _propose_tree(self, ctx: StepContext, root: torch.Tensor) -> Draft:
-        """One head forward per tree level (all of the level's nodes at once); a node's children are its draft
+        """One head forward per tree level (all of the level's nodes that have children, at once); a node's
+        children are its draft
         distribution's top-ranked tokens, or with `sampled_children` under sampling a token drawn from it first
         and then the top-ranked others. The tree's shape is read from host-side tables: no device reads."""
         tree, b = self.tree, ctx.last_tokens.shape[0]
@@ -268,18 +269,17 @@ class EagleDrafter(Drafter):
         top[:, :1] = children(self._draft_logits(root)[:, :1], torch.tensor([0], device=device))
         forwards = 1
         for d in range(1, tree.max_depth + 1):
-            level = torch.tensor(tree.levels[d], device=device)
-            parents = torch.tensor([tree.parents[n] for n in tree.levels[d]], device=device)
-            ranks = torch.tensor([tree.ranks[n] for n in tree.levels[d]], device=device)
-            node_tokens[:, level] = top[:, parents, ranks]
+            index = tree.level_index(d, device)
+            node_tokens[:, index.nodes] = top[:, index.parents, index.ranks]
             if d == tree.max_depth:
                 break
-            pos = (ctx.positions[:, None] + d - 1).expand(-1, level.numel())
-            out = self.bound.run(self.state, self._rows(node_tokens[:, level]), features[:, parents], self._rows(pos),
-                                 tree=tree, tree_nodes=torch.tensor(tree.levels[d]))
+            grow = index.expanding  # the head runs only on nodes that have children
+            pos = (ctx.positions[:, None] + d - 1).expand(-1, grow.numel())
+            out = self.bound.run(self.state, self._rows(node_tokens[:, grow]), features[:, index.expanding_parents],
+                                 self._rows(pos), tree=tree, tree_nodes=grow)
             forwards += 1
-            features[:, level] = out.to(features.dtype)
-            top[:, level] = children(self._draft_logits(out), level)
+            features[:, grow] = out.to(features.dtype)
+            top[:, grow] = children(self._draft_logits(out), grow)
         return Draft(tokens=node_tokens[:, 1:], probs=node_probs, tree=tree, forwards=forwards)
 
     def _propose_dynamic(self, ctx: StepContext, root: torch.Tensor) -> Draft:

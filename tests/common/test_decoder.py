@@ -9,7 +9,7 @@ from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.draft import DraftModelDrafter
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import ARModel, HFCausalLM
-from mmspec.common.tree import TreeSpec
+from mmspec.common.tree import TreeSpec, parse_branching
 
 GREEDY = LogitsPipeline(temperature=0)
 
@@ -93,11 +93,12 @@ def test_eos_stops_each_row_and_pads():
         assert out.sequences[row, out.lengths[row] - 1] == eos
 
 
-@pytest.mark.parametrize("branching", [[2, 2, 1], [3, 1], [1, 1, 1, 1]])
+@pytest.mark.parametrize("branching", ["2,2,1", "3,1", "1,1,1,1", "0;1;2;0.0;0.1;1.0;0.0.0"])
 def test_tree_greedy_equals_ar(tiny_pair, branching):
+    """Full trees, and an uneven one whose leaves at inner depths the draft model never runs on."""
     target, draft = tiny_pair
     ids = torch.randint(1, 64, (3, 5), generator=torch.Generator().manual_seed(11))
-    tree = TreeSpec.full(branching)
+    tree = parse_branching(branching)
     out = spec_decoder(target, draft, tree=tree).generate(ids, max_new_tokens=40)
     assert torch.equal(out.sequences, hf_greedy(target, ids, 40))
     assert out.stats.target_nfe < 40

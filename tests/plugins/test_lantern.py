@@ -17,7 +17,7 @@ from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import HFCausalLM
 from mmspec.common.registry import get_plugin_class, load_plugin
-from mmspec.common.tree import TreeSpec
+from mmspec.common.tree import TreeSpec, parse_branching
 from mmspec.plugins.lantern import (
     BoundHead, EagleDrafter, EagleHead, RelaxedAcceptance, codebook_neighbours, pooled_probability,
 )
@@ -262,11 +262,13 @@ class Dynamic:
 
 
 TREE = TreeSpec.full([3, 2, 1])
+UNEVEN = parse_branching("0;1;2;0.0;0.1;1.0;0.0.0")  # a planned shape: leaves at inner depths get no head forward
 DYNAMIC = Dynamic(4, 3, 9)
 NEIGHBOURS_48 = codebook_neighbours(torch.randn(48, 4, generator=torch.Generator().manual_seed(0)), 10)
 
 
-@pytest.mark.parametrize("tree,rule", [(None, "strict"), (TREE, "strict"), (None, "delta0"), (TREE, "lam1"),
+@pytest.mark.parametrize("tree,rule", [(None, "strict"), (TREE, "strict"), (UNEVEN, "strict"), (None, "delta0"),
+                                       (TREE, "lam1"),
                                        (None, "delta"), (TREE, "lam"), (DYNAMIC, "strict"), (DYNAMIC, "lam1")])
 def test_greedy_equals_ar_ragged_batch(text_model, tree, rule, torch_kernels):
     """Strict rules, and relaxed ones with no relaxation, reproduce AR exactly; a real relaxation may not."""
@@ -285,6 +287,23 @@ def test_greedy_equals_ar_ragged_batch(text_model, tree, rule, torch_kernels):
         return
     assert torch.equal(out.sequences, ar.sequences)
     assert out.stats.row_steps < 0.7 * ar.stats.row_steps  # drafts are kept often
+
+
+def test_tree_drafting_runs_the_head_only_on_nodes_with_children(text_model, torch_kernels):
+    """UNEVEN's depth 1 has three nodes of which two have children, its depth 2 three with one: the head's
+    tree forwards feed 2 then 1 tokens per row (a leaf's own prediction is never read)."""
+    decoder = eagle_decoder(text_model, LogitsPipeline(temperature=0), tree=UNEVEN)
+    widths, run = [], decoder.drafter.bound.run
+
+    def counting_run(state, tokens, *args, tree=None, **kwargs):
+        if tree is not None:
+            widths.append(tokens.shape[1])
+        return run(state, tokens, *args, tree=tree, **kwargs)
+
+    decoder.drafter.bound.run = counting_run
+    out = decoder.generate(torch.tensor([[0, 5, 9, 3]]), max_new_tokens=12)
+    assert widths and widths == [2, 1] * (len(widths) // 2)
+    assert len(widths) // 2 == out.stats.target_nfe
 
 
 VOCAB, NEW_TOKENS, SAMPLES = 4, 4, 30_000
@@ -333,16 +352,16 @@ class ArgmaxFirstChildren(EagleDrafter):
         return draft
 
 
-@pytest.mark.parametrize("branching", [[2, 1], [3, 2]])
+@pytest.mark.parametrize("branching", ["2,1", "3,2", "0;1;0.0;0.0.0"])
 def test_trees_with_sampled_first_children_follow_the_target_law(small_model, branching, torch_kernels):
     """eagle's sampled trees: each node's first child drawn from the head, kept with min(1, p/q), the residual
     max(0, p - q) left to its top-ranked siblings. Exact in law; first children not drawn from q are caught."""
     logits = LogitsPipeline(temperature=1.0)
     law = exact_law(small_model, logits)
-    pvalue, stats = law_pvalue(eagle_decoder(small_model, logits, tree=TreeSpec.full(branching), trained=False,
+    pvalue, stats = law_pvalue(eagle_decoder(small_model, logits, tree=parse_branching(branching), trained=False,
                                              sampled_children=True), law)
     assert pvalue > 1e-3 and stats.mean_accepted > 1.1
-    bugged, _ = law_pvalue(eagle_decoder(small_model, logits, tree=TreeSpec.full(branching), trained=False,
+    bugged, _ = law_pvalue(eagle_decoder(small_model, logits, tree=parse_branching(branching), trained=False,
                                          sampled_children=True, drafter_class=ArgmaxFirstChildren), law)
     assert bugged < 1e-6
 

@@ -56,6 +56,10 @@ class TreeSpec:
                 raise ValueError(f"every path must be a non-empty tuple of ranks >= 0, got {p}")
             if len(p) > 1 and p[:-1] not in paths:
                 raise ValueError(f"path {p} has no parent {p[:-1]} in paths")
+        for p in paths:
+            if p[-1] > 0 and p[:-1] + (p[-1] - 1,) not in paths:  # drafters take a node's top-n tokens
+                raise ValueError(f"path {p} has no earlier sibling {p[:-1] + (p[-1] - 1,)} in paths: a node's "
+                                 "children must be ranks 0, 1, ... without gaps")
         ordered = sorted(paths, key=lambda p: (len(p), p))
         index = {(): 0} | {p: i + 1 for i, p in enumerate(ordered)}
         n = len(ordered) + 1

@@ -29,7 +29,7 @@ def test_node_paths_round_trip():
 
 
 @pytest.mark.parametrize("text, match", [("0;a", "dot-separated child ranks"), ("0;1.0", "no parent"),
-                                         ("0;-1", ">= 0"), ("0;0", "duplicate")])
+                                         ("0;-1", ">= 0"), ("0;0", "duplicate"), ("0;2", "earlier sibling")])
 def test_bad_node_paths_name_the_field(text, match):
     with pytest.raises(ValueError, match=match) as info:
         parse_branching(text, "EagleConfig.tree_branching")

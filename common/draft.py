@@ -19,6 +19,19 @@ from .dynamic_tree import DynamicTreeBuilder, check_dynamic_tree
 from .tree import TreeSpec
 
 
+def sampled_first_children(q: torch.Tensor, uniforms: torch.Tensor, fan_out: int) -> torch.Tensor:
+    """Children of tree nodes whose first child is sampled (`tree_accept` with `Draft.probs`): q [..., V] each
+    node's draft distribution, uniforms [...] one draw per node -> [..., fan_out] tokens: the token drawn from
+    q, then q's top-ranked tokens other than it, in rank order."""
+    drawn = sample_inverse_cdf(q.reshape(-1, q.shape[-1]), uniforms.reshape(-1)).view(uniforms.shape)
+    # The top fan_out + 1 tokens hold fan_out that differ from the drawn one (the drawn token, if among them,
+    # sorts last and is cut).
+    ranked = q.topk(min(fan_out + 1, q.shape[-1]), -1).indices
+    rank = torch.arange(ranked.shape[-1], device=q.device) + (ranked == drawn[..., None]) * ranked.shape[-1]
+    rest = ranked.gather(-1, rank.argsort(-1)[..., : fan_out - 1])
+    return torch.cat([drawn[..., None], rest], -1)
+
+
 @dataclass
 class StepContext:
     last_tokens: torch.Tensor  # [B] long; newest token, not yet fed to the target

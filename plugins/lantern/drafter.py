@@ -27,7 +27,7 @@ from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 
 from mmspec.common.accept import Acceptance, Draft
-from mmspec.common.draft import Drafter, StepContext
+from mmspec.common.draft import Drafter, StepContext, sampled_first_children
 from mmspec.common.dynamic_tree import DynamicTreeBuilder, check_dynamic_tree
 from mmspec.common.kernels import sample_inverse_cdf
 from mmspec.common.layers import TransformerBlock, find_multiple
@@ -258,13 +258,7 @@ class EagleDrafter(Drafter):
                 return ctx.logits.process(logits).topk(fan_out, -1).indices
             q = ctx.logits.probs(logits)
             node_probs[:, nodes] = q
-            drawn = sample_inverse_cdf(q.flatten(0, 1), uniforms[:, nodes].flatten()).view(b, -1)
-            # The top fan_out + 1 tokens hold fan_out that differ from the drawn one: the deterministic siblings,
-            # in rank order (the drawn token, if among them, sorts last and is cut).
-            ranked = q.topk(min(fan_out + 1, q.shape[-1]), -1).indices
-            rank = torch.arange(ranked.shape[-1], device=device) + (ranked == drawn[..., None]) * ranked.shape[-1]
-            rest = ranked.gather(-1, rank.argsort(-1)[..., : fan_out - 1])
-            return torch.cat([drawn[..., None], rest], -1)
+            return sampled_first_children(q, uniforms[:, nodes], fan_out)
 
         top[:, :1] = children(self._draft_logits(root)[:, :1], torch.tensor([0], device=device))
         forwards = 1

@@ -37,7 +37,7 @@ from diffusers.configuration_utils import register_to_config
 from mmspec.common.accept import Acceptance, Draft, GreedyMatch, SpeculativeSampling
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.heads import load_head
-from mmspec.common.draft import Drafter, StepContext
+from mmspec.common.draft import Drafter, StepContext, sampled_first_children
 from mmspec.common.kernels import sample_inverse_cdf
 from mmspec.common.logits import draw_uniform
 from mmspec.common.model import CFGModel, cfg_combine
@@ -91,9 +91,10 @@ class SpatialDrafter(Drafter):
     needs_hidden = True
 
     def __init__(self, heads: SpatialHeads, grid: tuple[int, int], guidance_scale: float | None,
-                 tree: TreeSpec | None = None):
+                 tree: TreeSpec | None = None, sampled_children: bool = False):
         self.heads = heads
         self.tree = tree
+        self.sampled_children = sampled_children
         if tree is not None:  # node n (numbered level by level from 1) drafts position depth(n) − 1's
             # candidate of rank rank(n)
             nodes = [n for level in tree.levels[1:] for n in level]
@@ -101,6 +102,9 @@ class SpatialDrafter(Drafter):
                 raise ValueError("the tree must number its nodes level by level (TreeSpec does)")
             self._node_candidate = (torch.tensor([d for d, level in enumerate(tree.levels[1:]) for _ in level]),
                                     torch.tensor([tree.ranks[n] for n in nodes]))
+            # Sampled children: node n's children draw from position depth(n)'s distribution (leaves: unused).
+            self._children_position = torch.tensor([min(len(p), tree.max_depth - 1) for p in ((),) + tree.paths])
+            self._parents = torch.tensor(tree.parents[1:])
         self.height, self.width = grid
         self.guidance_scale = guidance_scale
         self.vocab_size = heads.config.vocab_size
@@ -140,11 +144,18 @@ class SpatialDrafter(Drafter):
         logits = torch.cat([self._head_logits(self.heads.right, right_slot),
                             self._head_logits(self.heads.below, below_slots[:, 1:])], 1)
         if self.tree is not None:
-            # Node n at depth d takes position d's candidate of its rank: the same candidates under every parent.
-            tree = self.tree
-            top = ctx.logits.process(logits).topk(tree.child_table.shape[1], -1).indices  # [B, depth, fan-out]
+            tree, fan_out = self.tree, self.tree.child_table.shape[1]
             position, rank = (t.to(device) for t in self._node_candidate)
-            return Draft(tokens=top[:, position, rank], probs=None, tree=tree, forwards=0)
+            if ctx.logits.greedy or not self.sampled_children:
+                # Node n at depth d takes position d's candidate of its rank: the same under every parent.
+                top = ctx.logits.process(logits).topk(fan_out, -1).indices  # [B, depth, fan-out]
+                return Draft(tokens=top[:, position, rank], probs=None, tree=tree, forwards=0)
+            # Each node's first child is its own draw from the distribution of the position below it (kept with
+            # min(1, p/q) like a chain's draft), its siblings that distribution's top-ranked other tokens.
+            node_q = ctx.logits.probs(logits)[:, self._children_position.to(device)]  # [B, N+1, V]
+            uniforms = draw_uniform(ctx.generator, batch, tree.num_nodes + 1, device)
+            children = sampled_first_children(node_q, uniforms, fan_out)  # [B, N+1, fan-out]
+            return Draft(tokens=children[:, self._parents.to(device), rank], probs=node_q, tree=tree, forwards=0)
         probs = ctx.logits.probs(logits)
         if ctx.logits.greedy:
             tokens = probs.argmax(-1)
@@ -206,6 +217,9 @@ class SSDPlugin(Plugin):
     Config = SSDConfig
     requires = CodeGrid
     head_trainer = "mmspec.plugins.ssd.train:train_ssd_heads"
+    # Under sampling a static tree's first child at each node is drawn from the heads (see SpatialDrafter):
+    # flat image targets keep a sampled draft far more often than a top-ranked one.
+    sampled_tree_children = True
     bench_default_variants = ({"batch_size": 1}, {"batch_size": 4})
     bench_variants = tuple({"batch_size": 4, "num_samples": 40, "settings": {"num_draft_tokens": k}}
                            for k in (2, 6)) + ({"batch_size": 4, "num_samples": 40, "settings": {"temperature": 0.0}},
@@ -261,6 +275,6 @@ class SSDPlugin(Plugin):
                              f"this image has {grid[1]}")
         guidance = target.guidance_scale if isinstance(target, CFGModel) else None
         rule = GreedyMatch() if logits.greedy else SpeculativeSampling()
-        drafter = SpatialDrafter(heads, grid, guidance, tree=self.tree)
+        drafter = SpatialDrafter(heads, grid, guidance, tree=self.tree, sampled_children=self.sampled_tree_children)
         return SpeculativeDecoder(target, drafter, rule, logits, num_draft_tokens=k if self.tree is None else 0,
                                   eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id)

@@ -243,12 +243,37 @@ def test_tree_draft_nodes_are_each_positions_top_candidates():
     assert draft.tokens[0].tolist() == top + top[:2] * 3 and draft.tree.num_nodes == 9
 
 
-def test_tree_sampling_follows_the_ar_law():
+@pytest.mark.parametrize("sampled_children", [True, False], ids=["sampled-first-child", "top-ranked-children"])
+def test_tree_sampling_follows_the_ar_law(sampled_children):
+    """Static trees under sampling: each node's first child drawn from the heads (the plugin's default), or
+    every child a top-ranked token; either way the output law is AR's, and accepting everything is caught."""
     model = tiny_gen(vocab=LAW_VOCAB, grid=3, seed=3, std=0.8)
     heads = random_heads(model, LAW_W, seed=4)
     law = class_grid_law(model, 1, LAW_H * LAW_W)
     decoder = ssd_tree_decoder(model, heads, LogitsPipeline(temperature=1.0), (LAW_H, LAW_W), "2,2")
+    assert decoder.drafter.sampled_children  # what the plugin builds
+    decoder.drafter.sampled_children = sampled_children
     p, stats = pvalue(decoder, model, law)
     assert p > 1e-3 and 1.2 < stats.mean_accepted < 3.0
     decoder.accept_rule = AcceptAll()
+    assert pvalue(decoder, model, law)[0] < 1e-6
+
+
+def test_tree_first_children_not_drawn_from_the_heads_are_caught():
+    """A planted bug: first children taken as the heads' argmax while the draft says they were sampled."""
+    model = tiny_gen(vocab=LAW_VOCAB, grid=3, seed=3, std=0.8)
+    heads = random_heads(model, LAW_W, seed=4)
+    law = class_grid_law(model, 1, LAW_H * LAW_W)
+    decoder = ssd_tree_decoder(model, heads, LogitsPipeline(temperature=1.0), (LAW_H, LAW_W), "2,2")
+    propose = decoder.drafter.propose
+
+    def argmax_first_children(ctx):
+        draft = propose(ctx)
+        tree = draft.tree
+        for node in range(1, tree.num_nodes + 1):
+            if tree.ranks[node] == 0:
+                draft.tokens[:, node - 1] = draft.probs[:, tree.parents[node]].argmax(-1)
+        return draft
+
+    decoder.drafter.propose = argmax_first_children
     assert pvalue(decoder, model, law)[0] < 1e-6

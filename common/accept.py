@@ -212,6 +212,7 @@ def _tree_accept_sampled(draft: Draft, target_probs: torch.Tensor, uniforms: tor
         old = table.gather(1, column[:, None]).squeeze(1)
         table.scatter_(1, column[:, None], torch.where(where_, value, old)[:, None])
 
+    final = None  # [B, V] the residual at each row's last node
     for level in range(depth + 1):
         p = target_probs[rows, node].clone()  # [B, V] residual at the current node
         chosen = torch.full_like(node, -1)
@@ -245,11 +246,12 @@ def _tree_accept_sampled(draft: Draft, target_probs: torch.Tensor, uniforms: tor
             chosen = torch.where(open_ & ok, cand, chosen)
         descend = active & (chosen >= 0)
         finish = active & (chosen < 0)
-        extra = sample_inverse_cdf(p, uniforms[:, -1])
-        put(tokens, num, extra, finish)
+        # A row's extra token comes from the residual where it stops: keep that, draw once after the walk.
+        final = p if final is None else torch.where(finish[:, None], p, final)
         active = active & ~finish
         put(tokens, num, node_tokens.gather(1, chosen.clamp(min=0)[:, None]).squeeze(1), descend)
         num = num + descend.long()
         put(path, num, chosen, descend)
         node = torch.where(descend, chosen, node)
+    tokens.scatter_(1, num[:, None], sample_inverse_cdf(final, uniforms[:, -1])[:, None])
     return Acceptance(num, tokens, path_nodes=path)

@@ -350,7 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plugin", help="a tree-drafting plugin: eagle, lantern, lantern++, speculative, ssd, rvq_spec")
     p.add_argument("--model", default=None, help="as for bench")
     p.add_argument("--num-samples", type=int, default=16, help="calibration inputs (acceptance by depth and rank)")
-    p.add_argument("--timing-samples", type=int, default=2, help="inputs each candidate tree decodes to time it")
+    p.add_argument("--timing-samples", type=int, default=4, help="inputs each candidate decodes to time it "
+                   "(step times vary ~5-10 %% between runs on a busy CPU: more samples, less noise)")
     p.add_argument("--batch-size", type=int, default=1, help="the batch size to plan for")
     p.add_argument("--max-nodes", type=int, default=24, help="the largest tree considered")
     p.add_argument("--seed", type=int, default=0)

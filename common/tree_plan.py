@@ -12,7 +12,8 @@ No one shape is best on both, so the shape is planned for the machine and model 
    non-increasing in r, no node scores above its parent or an earlier-ranked sibling, so for each size n the
    n best-scoring nodes form a tree, and it is the best tree of n nodes (grown from a heap, best first).
 3. Cost (`plan_tree`): every candidate (the best tree of each size, and the plugin's own chains) decodes the
-   same inputs, alternating batch by batch; its milliseconds per decode step are measured, not modelled.
+   same inputs, batch by batch in a turning order; its milliseconds per decode step are measured, not
+   modelled.
 4. The plan is the candidate with the most predicted tokens per second; `plan_tree` returns the whole table.
 
 The planned tree is an ordinary static tree (`tree_branching="0;1;0.0;..."`), so every guarantee of the
@@ -156,7 +157,7 @@ def candidate_sizes(max_nodes: int) -> list[int]:
     return [n for n in range(1, max_nodes + 1) if n <= 8 or (n <= 16 and n % 2 == 0) or n % 4 == 0]
 
 
-def plan_tree(plugin: str, model: str | None = None, num_samples: int = 16, timing_samples: int = 2,
+def plan_tree(plugin: str, model: str | None = None, num_samples: int = 16, timing_samples: int = 4,
               batch_size: int = 1, max_nodes: int = 24, seed: int = 0, device: str = "cpu",
               settings: dict | None = None, calibration_depth: int = CALIBRATION_DEPTH,
               calibration_width: int = CALIBRATION_WIDTH, progress=print) -> TreePlan:
@@ -227,8 +228,7 @@ def plan_tree(plugin: str, model: str | None = None, num_samples: int = 16, timi
              f"batch {batch_size}, alternating")
     for pipe in pipes:
         pipe.bench_generate(inputs[:1], 1, seed, call)  # warm-up
-    runs = interleaved_runs(pipes, inputs[:timing_samples], batch_size, seed, call)
-    for cand, (_, run_stats, _) in zip(candidates, runs):
+    for cand, run_stats in zip(candidates, rotated_runs(pipes, inputs[:timing_samples], batch_size, seed, call)):
         loop_s = run_stats.time_total_s - run_stats.time_prefill_s
         cand.ms_per_step = 1000.0 * loop_s / max(1, run_stats.target_nfe)
         cand.measured_tokens = run_stats.mean_accepted
@@ -236,6 +236,22 @@ def plan_tree(plugin: str, model: str | None = None, num_samples: int = 16, timi
                    "rates": table.rates, "kept": table.kept, "offered": table.offered,
                    "chain_acceptance": chain_acceptance, "settings": {**call, **config}}
     return TreePlan(plugin, batch_size, calibration, candidates)
+
+
+def rotated_runs(pipes, inputs, batch_size, seed, call) -> list:
+    """Each pipeline decodes every batch of inputs, batch by batch; the order in which they take a batch turns
+    from batch to batch, so no candidate always runs first or last in a round (a per-round position effect
+    would otherwise favour some). One merged DecodeStats per pipeline, in order."""
+    from .stats import DecodeStats
+
+    runs = [DecodeStats() for _ in pipes]
+    starts = list(range(0, len(inputs), batch_size))
+    for round_, start in enumerate(starts):
+        shift = round_ * len(pipes) // len(starts)
+        for i in [(j + shift) % len(pipes) for j in range(len(pipes))]:
+            _, stats = pipes[i].bench_generate(inputs[start:start + batch_size], batch_size, seed + start, call)
+            runs[i] = runs[i].merge(stats)
+    return runs
 
 
 def format_plan(plan: TreePlan) -> str:

@@ -242,8 +242,10 @@ class EaglePlugin(_EaglePlugin):
     paper = "Li et al. 2024, EAGLE (arXiv:2401.15077), the drafter of LANTERN (arXiv:2410.03355)"
     Config = EagleConfig
     sampled_tree_children = True
+    # The last two rows: what `mmspec plan-tree eagle` chose on the 2-core CPU the rows were measured on.
     bench_variants = _sweep({"tree_branching": "4,2,1,1"}, {"temperature": 0.0}) + (
-        {"batch_size": 1, "num_samples": 40, "settings": {"tree_branching": "4,2,1,1"}},)
+        {"batch_size": 1, "num_samples": 40, "settings": {"tree_branching": "4,2,1,1"}},
+        {"batch_size": 1, "settings": {"num_draft_tokens": 2}}, {"batch_size": 4, "settings": {"num_draft_tokens": 2}})
 
 
 @register_plugin("lantern")
@@ -262,7 +264,9 @@ class LanternPPPlugin(_EaglePlugin):
     lossless = False
     paper = "LANTERN++, static-tree drafting with a multiplicative relaxation (arXiv:2502.06352)"
     Config = LanternPPConfig
-    bench_variants = _sweep(*({"k": k, "lam": lam} for k, lam in ((5, 10.0), (32, 5.0))))
+    # The last row: the tree `mmspec plan-tree lantern++` chose on the 2-core CPU the rows were measured on.
+    bench_variants = _sweep(*({"k": k, "lam": lam} for k, lam in ((5, 10.0), (32, 5.0)))) + (
+        {"batch_size": 1, "settings": {"tree_branching": "0;0.0"}},)
 
     def __init__(self, **config):
         super().__init__(**config)

@@ -227,7 +227,9 @@ class SSDPlugin(Plugin):
                                                {"batch_size": 4, "num_samples": 40,
                                                 "settings": {"tree_branching": "3,2,1", "temperature": 0.0}},
                                                {"batch_size": 4, "num_samples": 40,
-                                                "settings": {"tree_branching": "4,2,2,1,1,1", "temperature": 0.0}})
+                                                "settings": {"tree_branching": "4,2,2,1,1,1", "temperature": 0.0}},
+                                               # what `mmspec plan-tree ssd` chose on the 2-core CPU of the rows
+                                               {"batch_size": 1, "settings": {"num_draft_tokens": 2}})
 
     def __init__(self, **config):
         super().__init__(**config)

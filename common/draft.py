@@ -140,7 +140,8 @@ class DraftModelDrafter(Drafter):
 
     def _propose_tree(self, ctx):
         """Children of a node are its draft distribution's top-ranked tokens (deterministic proposals); one
-        draft forward per tree level over the level's nodes that have children, the tree's shape read from host-side tables (no device reads)."""
+        draft forward per tree level over the level's nodes that have children, the tree's shape read from
+        host-side tables (no device reads)."""
         tree = self.tree
         batch, device = ctx.last_tokens.shape[0], ctx.last_tokens.device
         fan_out = tree.child_table.shape[1]  # the most children any node has: the top-k each node needs

@@ -50,4 +50,19 @@ def format_gpu_section(report: dict) -> str:
     if done:
         lines.append(format_compile_table(done))
     lines += [f"- {r['plugin']}: {r.get('error') or r['skipped']}" for r in report["compile"] if "seconds" not in r]
+    plan = report.get("tree_plan")
+    if plan:
+        lines += ["", "The draft tree planned for this machine (`mmspec plan-tree`, batch 1): "]
+        if "best" not in plan:
+            lines[-1] += plan.get("error") or plan["skipped"]
+        else:
+            best, chain = plan["best"], plan["best_chain"]
+            line = (f"{plan['plugin']}'s best is {best['label']} ({best['expected_tokens']:.2f} tokens per "
+                    f"{best['ms_per_step']:.1f} ms step, `tree_branching={best['settings']['tree_branching']!r}`)")
+            if chain:
+                rate = lambda c: c["expected_tokens"] / c["ms_per_step"]  # noqa: E731
+                ratio = rate(best) / rate(chain)
+                line += (f"; the best chain, {chain['label']}: {chain['expected_tokens']:.2f} tokens per "
+                         f"{chain['ms_per_step']:.1f} ms ({ratio:.2f}× in tokens/s for the plan)")
+            lines[-1] += line + "."
     return "\n".join(lines)

@@ -12,7 +12,9 @@ benchmarks.json plus this file):
 2. each native Triton kernel against its torch reference on the same inputs: time and agreement;
 3. host synchronisations per decode step, counted by CUDA itself (`torch.cuda.set_sync_debug_mode`);
 4. compiled vs eager step forwards (`mmspec bench PLUGIN --compile`): AR and `sjd` / `eagle` on the bundled
-   LlamaGen, greedy, eager and compiled (CUDA graphs: mode "reduce-overhead"), with output identity.
+   LlamaGen, greedy, eager and compiled (CUDA graphs: mode "reduce-overhead"), with output identity;
+5. the draft tree planned for the GPU (`mmspec plan-tree eagle`): on a CPU the plan is a short chain, since
+   every verified node costs; on a GPU wide trees should pay, and this part says which tree does.
 Rows run until a time budget is spent; what did not fit is listed as skipped, never dropped silently.
 """
 
@@ -187,6 +189,26 @@ def bench_compile(device: str, small: bool, deadline: float) -> list[dict]:
     return rows
 
 
+# --- 5. the tree planned for this machine ----------------------------------------------------------------------
+def plan_for_gpu(device: str, small: bool, deadline: float) -> dict:
+    """`plan_tree` for eagle at batch 1 (the smoke run: speculative's text pair at toy sizes)."""
+    if time.monotonic() > deadline:
+        return {"skipped": "time budget spent"}
+    from dataclasses import asdict
+
+    from mmspec.common.tree_plan import plan_tree
+
+    plugin = "speculative" if small else "eagle"
+    try:
+        plan = plan_tree(plugin, num_samples=1 if small else 8, timing_samples=1 if small else 2, batch_size=1,
+                         max_nodes=2 if small else 32, device=device, progress=lambda _: None)
+    except Exception as error:
+        return {"plugin": plugin, "error": f"{type(error).__name__}: {error}"}
+    return {"plugin": plugin, "best": asdict(plan.best),
+            "best_chain": asdict(plan.best_chain()) if plan.best_chain() else None,
+            "candidates": [asdict(c) for c in plan.candidates], "rates": plan.calibration["rates"]}
+
+
 # --- 3. host syncs ------------------------------------------------------------------------------------------
 def count_cuda_syncs(device: str, small: bool) -> dict:
     """Real synchronisations per decode step of `eagle` (chain and tree), as CUDA reports them."""
@@ -239,6 +261,7 @@ def main(argv=None) -> None:
     report["syncs"] = count_cuda_syncs(device, small=args.smoke)
     report["plugins"] = bench_plugins(device, dtype, args.smoke, start + args.budget_s, only)
     report["compile"] = bench_compile(device, args.smoke, start + args.budget_s + 40)
+    report["tree_plan"] = plan_for_gpu(device, args.smoke, start + args.budget_s + 80)
     report["seconds"] = time.monotonic() - start
     Path(args.out).write_text(json.dumps(report, indent=2))
     from mmspec.common.gpu_report import format_gpu_section

@@ -29,7 +29,10 @@ def test_gpu_bench_smoke_runs_every_part_and_writes_its_section(tmp_path, monkey
     assert "skipped" in report["syncs"]
     [compiled] = report["compile"]  # aot_eager on a CPU: graph capture at static shapes, outputs as eager
     assert "error" not in compiled and compiled["identical_outputs"] == {"ar": 1.0, "plugin": 1.0}, compiled
+    plan = report["tree_plan"]  # speculative's text pair at toy sizes: the planner runs end to end
+    assert "error" not in plan and plan["best"]["ms_per_step"] > 0 and plan["best_chain"] is not None
     text = markdown.read_text()
+    assert "The draft tree planned for this machine" in text and "speculative's best is" in text
     assert "## On a GPU" in text and "a smoke run" in text and "| speculative | 8 |" in text
     assert "| sjd | llamagen-tiny | 1 | aot_eager |" in text
     assert "| eagle | defaults | llamagen-tiny |" in text  # the rest of BENCHMARKS.md is rendered as before

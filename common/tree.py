@@ -56,10 +56,6 @@ class TreeSpec:
                 raise ValueError(f"every path must be a non-empty tuple of ranks >= 0, got {p}")
             if len(p) > 1 and p[:-1] not in paths:
                 raise ValueError(f"path {p} has no parent {p[:-1]} in paths")
-        for p in paths:
-            if p[-1] > 0 and p[:-1] + (p[-1] - 1,) not in paths:  # drafters take a node's top-n tokens
-                raise ValueError(f"path {p} has no earlier sibling {p[:-1] + (p[-1] - 1,)} in paths: a node's "
-                                 "children must be ranks 0, 1, ... without gaps")
         ordered = sorted(paths, key=lambda p: (len(p), p))
         index = {(): 0} | {p: i + 1 for i, p in enumerate(ordered)}
         n = len(ordered) + 1
@@ -187,9 +183,17 @@ def _parse_paths(text: str, field: str) -> TreeSpec:
         raise ValueError(f"{field}: node paths are dot-separated child ranks >= 0 separated by ';' like "
                          f"'0;1;0.0', got {text!r}") from None
     try:
-        return TreeSpec.from_paths(paths)
+        tree = TreeSpec.from_paths(paths)
     except ValueError as err:
         raise ValueError(f"{field}: {err} (in {text!r})") from None
+    # Drafters give a node its top-n tokens, so a rank needs its earlier siblings (trees a plugin builds
+    # itself, such as ptp's register groups, may number children otherwise).
+    for p in tree.paths:
+        if p[-1] > 0 and p[:-1] + (p[-1] - 1,) not in tree.paths:
+            raise ValueError(f"{field}: path {'.'.join(map(str, p))} has no earlier sibling "
+                             f"{'.'.join(map(str, p[:-1] + (p[-1] - 1,)))}: a node's children must be ranks "
+                             f"0, 1, ... without gaps (in {text!r})")
+    return tree
 
 
 def format_paths(tree: TreeSpec) -> str:

@@ -65,15 +65,19 @@ def split_settings(pipeline, plugin_cls, settings: dict, bench: bool = False) ->
     return call, config
 
 
-def interleaved_runs(pipes, inputs, batch_size, seed, call):
+def interleaved_runs(pipes, inputs, batch_size, seed, call, rotate: bool = False):
     """Run the pipelines (e.g. AR and a plugin) batch by batch, alternating, so machine-load drift hits all
-    alike. One (sequences, stats, seconds) per pipeline, in order."""
+    alike. One (sequences, stats, seconds) per pipeline, in order. rotate: the order in which they take a
+    batch turns from batch to batch, so with many pipelines none always runs first or last in a round."""
     from .stats import DecodeStats
 
     runs = [([], DecodeStats(), 0.0) for _ in pipes]
-    for start in range(0, len(inputs), batch_size):
+    starts = range(0, len(inputs), batch_size)
+    for round_, start in enumerate(starts):
         chunk = inputs[start:start + batch_size]
-        for i, pipe in enumerate(pipes):
+        shift = round_ * len(pipes) // len(starts) if rotate else 0
+        for i in [(j + shift) % len(pipes) for j in range(len(pipes))]:
+            pipe = pipes[i]
             begin = time.perf_counter()
             sequences, stats = pipe.bench_generate(chunk, batch_size, seed + start, call)
             seqs, total, elapsed = runs[i]

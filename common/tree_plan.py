@@ -196,7 +196,8 @@ def plan_tree(plugin: str, model: str | None = None, num_samples: int = 16, timi
     calib_pipe.bench_generate(inputs[:1], 1, seed, call)  # warm-up
     [(_, stats, _)] = interleaved_runs((calib_pipe,), inputs[:num_samples], batch_size, seed, call)
     table = rank_acceptance(calib, stats.tree_node_accepts)
-    trees = [t for t in best_trees(table.rates, max_nodes) if t[0].num_nodes in set(candidate_sizes(max_nodes))]
+    sizes = set(candidate_sizes(max_nodes))
+    trees = [t for t in best_trees(table.rates, max_nodes) if t[0].num_nodes in sizes]
     candidates = [Candidate(f"tree {t.num_nodes} node{'s' * (t.num_nodes > 1)}", {"tree_branching": format_paths(t)},
                           e, t.num_nodes) for t, e in trees]
 
@@ -228,7 +229,8 @@ def plan_tree(plugin: str, model: str | None = None, num_samples: int = 16, timi
              f"batch {batch_size}, alternating")
     for pipe in pipes:
         pipe.bench_generate(inputs[:1], 1, seed, call)  # warm-up
-    for cand, run_stats in zip(candidates, rotated_runs(pipes, inputs[:timing_samples], batch_size, seed, call)):
+    runs = interleaved_runs(pipes, inputs[:timing_samples], batch_size, seed, call, rotate=True)
+    for cand, (_, run_stats, _) in zip(candidates, runs):
         loop_s = run_stats.time_total_s - run_stats.time_prefill_s
         cand.ms_per_step = 1000.0 * loop_s / max(1, run_stats.target_nfe)
         cand.measured_tokens = run_stats.mean_accepted
@@ -236,22 +238,6 @@ def plan_tree(plugin: str, model: str | None = None, num_samples: int = 16, timi
                    "rates": table.rates, "kept": table.kept, "offered": table.offered,
                    "chain_acceptance": chain_acceptance, "settings": {**call, **config}}
     return TreePlan(plugin, batch_size, calibration, candidates)
-
-
-def rotated_runs(pipes, inputs, batch_size, seed, call) -> list:
-    """Each pipeline decodes every batch of inputs, batch by batch; the order in which they take a batch turns
-    from batch to batch, so no candidate always runs first or last in a round (a per-round position effect
-    would otherwise favour some). One merged DecodeStats per pipeline, in order."""
-    from .stats import DecodeStats
-
-    runs = [DecodeStats() for _ in pipes]
-    starts = list(range(0, len(inputs), batch_size))
-    for round_, start in enumerate(starts):
-        shift = round_ * len(pipes) // len(starts)
-        for i in [(j + shift) % len(pipes) for j in range(len(pipes))]:
-            _, stats = pipes[i].bench_generate(inputs[start:start + batch_size], batch_size, seed + start, call)
-            runs[i] = runs[i].merge(stats)
-    return runs
 
 
 def format_plan(plan: TreePlan) -> str:

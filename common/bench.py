@@ -18,13 +18,15 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from .registry import (bundled_model_info, bundled_models, get_pipeline_class, get_plugin_class, list_pipelines,
-                       list_plugins, parse_value)
+                       list_plugins)
+from .config import parse_settings  # noqa: F401  (re-exported for the CLI and tests)
+from .config import split_settings as config_split_settings
 
 
 def run_peer(model, name: str, inputs: list, generate_one) -> dict:
@@ -51,18 +53,8 @@ def cut_after(ids: list[int], eos: int | None) -> list[int]:
 def split_settings(pipeline, plugin_cls, settings: dict, bench: bool = False) -> tuple[dict, dict]:
     """Split `--set` values into pipeline call settings and plugin config (with `bench`, also the pipeline's
     bench-only settings, which its `bench_generate` consumes)."""
-    call = {**pipeline.call_defaults, **(pipeline.bench_settings if bench else {})}
-    config_fields = {f.name for f in fields(plugin_cls.Config)}
-    config = {}
-    for key, value in settings.items():
-        if key in call:
-            call[key] = value
-        elif key in config_fields:
-            config[key] = value
-        else:
-            raise ValueError(f"unknown --set key {key!r}; pipeline settings: {sorted(call)}, "
-                             f"plugin {plugin_cls.name!r} config: {sorted(config_fields)}")
-    return call, config
+    call_defaults = {**pipeline.call_defaults, **(pipeline.bench_settings if bench else {})}
+    return config_split_settings(call_defaults, plugin_cls.Config, plugin_cls.name, settings)
 
 
 def interleaved_runs(pipes, inputs, batch_size, seed, call, rotate: bool = False):
@@ -479,14 +471,3 @@ def run_all(markdown: str | Path | None, json_path: str | Path | None, device: s
         json_arg = f" --json {Path(json_path).name}" if json_path else ""
         write_markdown(results, markdown, f"mmspec bench --all{json_arg} --markdown {Path(markdown).name}")
     return results
-
-
-def parse_settings(pairs: list[str]) -> dict:
-    settings = {}
-    for pair in pairs or []:
-        if "=" not in pair:
-            raise ValueError(f"--set expects key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        settings[key.strip()] = parse_value(value.strip())
-    return settings
-

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .registry import field_range
+from .config import DynamicTreeConfig  # noqa: F401  (re-exported: plugins' configs extend it)
 
 
 @dataclass
@@ -62,15 +62,6 @@ def check_dynamic_tree(depth: int, top_k: int, total_tokens: int, owner: str = "
     if not 1 <= total_tokens <= most:
         raise ValueError(f"{owner}.tree_total_tokens must be between 1 and top_k + (depth - 1) * top_k^2 = {most} "
                          f"(the candidates a tree of depth {depth} and top_k {top_k} proposes), got {total_tokens}")
-
-
-@dataclass
-class DynamicTreeConfig:
-    """The EAGLE-2 settings a tree-drafting plugin's config carries (tree_depth 0: no dynamic tree)."""
-    tree_depth: int = field_range(0, 16, default=0, doc="EAGLE-2 dynamic tree depth (0 = no dynamic tree)")
-    tree_top_k: int = field_range(1, 64, default=4, doc="dynamic tree: children per expanded node and nodes "
-                                  "expanded per level")
-    tree_total_tokens: int = field_range(1, 1024, default=16, doc="dynamic tree: draft nodes verified per step")
 
 
 def dynamic_tree_settings(config, static_tree, owner: str) -> tuple[int, int, int] | None:

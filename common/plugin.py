@@ -15,13 +15,8 @@ from pathlib import Path
 from .decoder import Decoder
 from .logits import LogitsPipeline
 from .model import ARModel
-from .registry import make_config
+from .config import NoConfig, make_config
 from .structure import TokenStructure, structure_names
-
-
-@dataclass
-class NoConfig:
-    pass
 
 
 @dataclass

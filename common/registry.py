@@ -17,13 +17,14 @@ values (`choices=...`) so bad values fail with an error naming the field.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.metadata
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any
+
+from .config import (PIPELINE_FILE, field_choices, field_range, make_config, parse_value,  # noqa: F401
+                     validate_config)
 
 logger = logging.getLogger(__name__)
 
@@ -40,20 +41,36 @@ class BundledModel:
     default: bool = False  # the modality's default model
     project_default: bool = False  # the default of modality-free plugins (`ar`)
     bench_ar_rows: tuple = ()  # call settings of the plain-AR rows `bench --all` documents this model with
+    pipeline: str | None = None  # the registered pipeline its factory builds (the CLI reads its spec before loading)
 
 
 @dataclass(frozen=True)
 class PluginSummary:
-    """What `mmspec list` prints, known without importing the plugin's module (and so without torch)."""
+    """What is known of a plugin without importing its module (and so without torch): what `mmspec list` prints,
+    the module that registers it (imported when the plugin is first used), its config class ("module:Class", in
+    a module with no torch: the CLI checks `--set` against it first) and the bundled model it runs on by default."""
     name: str
     modality: str
     lossless: bool
     paper: str
+    module: str | None = None  # imports and registers the plugin class (None: registered some other way)
+    config: str | None = None  # "module:Class" of its config dataclass (None: no settings)
+    default_model: str | None = None  # None: its modality's default bundled model
+
+    def config_class(self) -> type:
+        """The config dataclass, imported without torch."""
+        if self.config is None:
+            from .config import NoConfig
+
+            return NoConfig
+        module, _, attr = self.config.partition(":")
+        return getattr(importlib.import_module(module), attr)
 
 
 _REGISTRY: dict[str, type] = {}
 _SUMMARIES: dict[str, PluginSummary] = {}  # declared by the package for its own plugins
 _PIPELINES: dict[str, type] = {}
+_PIPELINE_SPECS: dict[str, object] = {}  # pipeline name -> PipelineSpec, or "module:NAME" imported when first used
 _BUNDLED: dict[str, BundledModel] = {}
 _BUILTIN_MODULES: list[str] = []
 _ENTRY_POINT_ERRORS: dict[str, str] = {}
@@ -85,10 +102,13 @@ def register_plugin(name: str):
     return wrap
 
 
-def register_pipeline(name: str, cls) -> None:
+def register_pipeline(name: str, cls, spec=None) -> None:
     """Register a Pipeline subclass under `name`; `cls` may be "module:Class", imported when first used
-    (a modality's package registers on import without pulling in its heavy dependencies)."""
+    (a modality's package registers on import without pulling in its heavy dependencies). `spec`: its
+    `PipelineSpec` (or "module:NAME" in a module with no torch), what the CLI checks before the pipeline loads."""
     _check_name("pipeline", name)
+    if spec is not None and not (isinstance(spec, str) and ":" in spec) and not hasattr(spec, "call_settings"):
+        raise TypeError(f"pipeline {name!r}: spec must be a PipelineSpec or 'module:NAME', got {spec!r}")
     if isinstance(cls, str):
         if ":" not in cls:
             raise ValueError(f"pipeline {name!r}: a lazy class must be 'module:Class', got {cls!r}")
@@ -99,6 +119,8 @@ def register_pipeline(name: str, cls) -> None:
                                                         and f"{current.__module__}:{current.__name__}" == cls):
         raise ValueError(f"pipeline {name!r} is already registered ({current})")
     _PIPELINES[name] = cls
+    if spec is not None:
+        _PIPELINE_SPECS[name] = spec
 
 
 def _check_pipeline_class(name: str, cls) -> None:
@@ -115,13 +137,14 @@ def _check_pipeline_class(name: str, cls) -> None:
 
 
 def register_bundled_model(name: str, factory, *, modality: str, default: bool = False,
-                           project_default: bool = False, bench_ar_rows: tuple = ()) -> None:
+                           project_default: bool = False, bench_ar_rows: tuple = (), pipeline: str | None = None) -> None:
     """Make a ready pipeline loadable by name (`--model NAME`).
 
     factory: callable(device) -> pipeline, or "module:function" to import only when first used.
     default: the modality's default model (else the first one registered for it is);
     project_default: what modality-free plugins such as `ar` run on when no model is named;
-    bench_ar_rows: call settings (dicts) of plain-AR rows that document the model's own quality.
+    bench_ar_rows: call settings (dicts) of plain-AR rows that document the model's own quality;
+    pipeline: the registered pipeline name the factory builds (lets the CLI check inputs before it loads).
     """
     _check_name("bundled model", name)
     if not isinstance(modality, str) or not modality or modality == ANY_MODALITY:
@@ -129,11 +152,13 @@ def register_bundled_model(name: str, factory, *, modality: str, default: bool =
                          f"{ANY_MODALITY!r}, got {modality!r}")
     if not (callable(factory) or (isinstance(factory, str) and ":" in factory)):
         raise TypeError(f"bundled model {name!r}: factory must be callable or 'module:function', got {factory!r}")
-    _BUNDLED[name] = BundledModel(name, modality, factory, default, project_default, tuple(bench_ar_rows))
+    _BUNDLED[name] = BundledModel(name, modality, factory, default, project_default, tuple(bench_ar_rows), pipeline)
 
 
 def register_builtin_modules(*modules: str) -> None:
-    """Modules imported on first use of a registry (the package's own modalities and plugins)."""
+    """Modules imported on first use of a registry: the package's own modalities, which register their
+    pipelines and bundled models without importing torch. (Its plugins are declared by `PluginSummary`, each
+    module imported when that plugin is first used.)"""
     global _discovered
     for module in modules:
         if module not in _BUILTIN_MODULES:
@@ -152,10 +177,11 @@ def plugin_summaries(modality: str | None = None) -> list[PluginSummary]:
     not imported (so this answers without loading torch); third-party entry points are loaded."""
     summaries = dict(_SUMMARIES)
     undeclared = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name not in summaries]
-    if undeclared or any(name not in summaries for name in _REGISTRY):
+    if undeclared:
         _load_entry_points(ENTRY_POINT_GROUP, _register_plugin_entry)
-        for name, cls in _REGISTRY.items():
-            summaries.setdefault(name, PluginSummary(name, cls.modality, bool(cls.lossless), cls.paper))
+    for name, cls in _REGISTRY.items():  # third parties' and those registered in this process
+        summaries.setdefault(name, PluginSummary(name, cls.modality, bool(cls.lossless), cls.paper,
+                                                 default_model=cls.default_model))
     if modality is not None:
         known = sorted({s.modality for s in summaries.values()} - {ANY_MODALITY})
         if modality not in known:
@@ -207,7 +233,7 @@ def refresh_plugins() -> None:
 def modalities() -> list[str]:
     """Every modality label a registered plugin, pipeline or bundled model uses."""
     _discover()
-    labels = {c.modality for c in _REGISTRY.values()} | {m.modality for m in _BUNDLED.values()}
+    labels = {s.modality for s in plugin_summaries()} | {m.modality for m in _BUNDLED.values()}
     return sorted(labels | {c.modality for c in _PIPELINES.values() if isinstance(c, type)})
 
 
@@ -218,11 +244,11 @@ def _check_modality(modality: str) -> None:
 
 
 def list_plugins(modality: str | None = None) -> list[str]:
+    """Every plugin's name (of one modality, with the modality-free ones), without importing any of them."""
     _discover()
     if modality is not None:
         _check_modality(modality)
-    return sorted(n for n, c in _REGISTRY.items()
-                  if modality is None or c.modality in (modality, ANY_MODALITY))
+    return [s.name for s in plugin_summaries() if modality is None or s.modality in (modality, ANY_MODALITY)]
 
 
 def _registered(kind: str, table: dict, name: str):
@@ -236,6 +262,13 @@ def _registered(kind: str, table: dict, name: str):
 
 
 def get_plugin_class(name: str) -> type:
+    """The plugin class registered as `name`, its module imported now if the package declares it."""
+    declared = _SUMMARIES.get(name)
+    if name not in _REGISTRY and declared is not None and declared.module is not None:
+        importlib.import_module(declared.module)
+    _discover()
+    if name not in _REGISTRY and name not in _ENTRY_POINT_ERRORS:
+        raise KeyError(f"unknown plugin {name!r}; available: {', '.join(s.name for s in plugin_summaries())}")
     return _registered("plugin", _REGISTRY, name)
 
 
@@ -285,13 +318,27 @@ def bundled_model_info(name: str) -> BundledModel:
     return _BUNDLED[name]
 
 
-def load_saved_pipeline(directory, device: str = "cpu"):
-    """The pipeline a `save_pretrained` call wrote into `directory` (any registered pipeline: the folder names
-    it in `mmspec_pipeline.json`; a diffusers folder without it is an image pipeline)."""
+def pipeline_spec(name: str):
+    """The `PipelineSpec` registered with pipeline `name` (None: none was), imported without torch."""
+    _discover()
+    spec = _PIPELINE_SPECS.get(name)
+    if isinstance(spec, str):
+        module, _, attr = spec.partition(":")
+        spec = _PIPELINE_SPECS[name] = getattr(importlib.import_module(module), attr)
+    return spec
+
+
+def pipeline_class_name(name: str) -> str:
+    """The class name of registered pipeline `name`, without importing it (for messages)."""
+    _discover()
+    cls = _registered("pipeline", _PIPELINES, name)
+    return cls.rpartition(":")[2] if isinstance(cls, str) else cls.__name__
+
+
+def saved_pipeline_name(directory) -> str:
+    """The registered pipeline a `save_pretrained` folder holds (read from its files, nothing loaded)."""
     import json
     from pathlib import Path
-
-    from .pipeline import PIPELINE_FILE
 
     folder = Path(directory)
     if not folder.is_dir():
@@ -299,13 +346,34 @@ def load_saved_pipeline(directory, device: str = "cpu"):
                          f"save_pretrained wrote; bundled: {', '.join(bundled_models())})")
     marker = folder / PIPELINE_FILE
     if marker.exists():
-        name = json.loads(marker.read_text())["pipeline"]
-    elif (folder / "model_index.json").exists():
-        name = "image"
-    else:
-        raise ValueError(f"model {str(directory)!r}: not a saved mmspec pipeline (no {PIPELINE_FILE}); write one "
-                         "with pipe.save_pretrained(folder)")
-    pipeline = get_pipeline_class(name).from_saved(folder, device=device)
+        return json.loads(marker.read_text())["pipeline"]
+    if (folder / "model_index.json").exists():
+        return "image"
+    raise ValueError(f"model {str(directory)!r}: not a saved mmspec pipeline (no {PIPELINE_FILE}); write one "
+                     "with pipe.save_pretrained(folder)")
+
+
+def resolve_model(name: str | None, modality: str = ANY_MODALITY) -> tuple[str, str | None, bool]:
+    """(model, pipeline name or None when not declared, is a saved folder) for `load_bundled_pipeline`'s
+    arguments, checked without loading anything: an unknown name, or a bundled model of another modality than
+    the plugin's, is one line here."""
+    available = bundled_models(modality)
+    if name is not None and name not in _BUNDLED and _is_path(name):
+        return name, saved_pipeline_name(name), True
+    if not available:
+        raise NotImplementedError(f"no bundled {modality} model is available yet")
+    if name is None:
+        name = available[0]
+    if name not in available:
+        what = "" if modality == ANY_MODALITY else f" for a {modality} plugin"
+        raise ValueError(f"model must be one of {available}{what} or a saved pipeline's folder, got {name!r}")
+    return name, _BUNDLED[name].pipeline, False
+
+
+def load_saved_pipeline(directory, device: str = "cpu"):
+    """The pipeline a `save_pretrained` call wrote into `directory` (any registered pipeline: the folder names
+    it in `mmspec_pipeline.json`; a diffusers folder without it is an image pipeline)."""
+    pipeline = get_pipeline_class(saved_pipeline_name(directory)).from_saved(directory, device=device)
     pipeline.model_name = str(directory)
     return pipeline
 
@@ -319,16 +387,9 @@ def _is_path(name: str) -> bool:
 def load_bundled_pipeline(name: str | None, modality: str = ANY_MODALITY, device: str = "cpu"):
     """The bundled pipeline `name` (None: the modality's default; modality "any": the project default), or the
     pipeline saved in folder `name` (`load_saved_pipeline`)."""
-    available = bundled_models(modality)
-    if name is not None and name not in _BUNDLED and _is_path(name):
+    name, _, saved = resolve_model(name, modality)
+    if saved:
         return load_saved_pipeline(name, device)
-    if not available:
-        raise NotImplementedError(f"no bundled {modality} model is available yet")
-    if name is None:
-        name = available[0]
-    if name not in available:
-        what = "" if modality == ANY_MODALITY else f" for a {modality} plugin"
-        raise ValueError(f"model must be one of {available}{what} or a saved pipeline's folder, got {name!r}")
     factory = _BUNDLED[name].factory
     if isinstance(factory, str):
         module, _, attr = factory.partition(":")
@@ -336,67 +397,3 @@ def load_bundled_pipeline(name: str | None, modality: str = ANY_MODALITY, device
     pipeline = factory(device)
     pipeline.model_name = name
     return pipeline
-
-
-def field_range(lo=None, hi=None, *, default, doc: str = "", lo_open: bool = False, hi_open: bool = False):
-    """A dataclass field with an allowed numeric range (inclusive unless *_open)."""
-    return dataclasses.field(default=default, metadata={"range": (lo, hi, lo_open, hi_open), "doc": doc})
-
-
-def field_choices(choices, *, default, doc: str = ""):
-    return dataclasses.field(default=default, metadata={"choices": tuple(choices), "doc": doc})
-
-
-def _range_text(lo, hi, lo_open, hi_open) -> str:
-    left = "(" if lo_open or lo is None else "["
-    right = ")" if hi_open or hi is None else "]"
-    return f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
-
-
-def validate_config(config) -> None:
-    """Check every field of a config dataclass against its declared range or choices."""
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        meta = f.metadata
-        if "choices" in meta and value not in meta["choices"]:
-            raise ValueError(f"{type(config).__name__}.{f.name} must be one of {list(meta['choices'])}, "
-                             f"got {value!r}")
-        if "range" in meta and value is not None:
-            lo, hi, lo_open, hi_open = meta["range"]
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            ok = ok and not (isinstance(value, float) and math.isnan(value))
-            if ok and lo is not None:
-                ok = value > lo if lo_open else value >= lo
-            if ok and hi is not None:
-                ok = value < hi if hi_open else value <= hi
-            if ok and isinstance(f.default, int) and not isinstance(f.default, bool) and not isinstance(value, int):
-                ok = False
-            if not ok:
-                kind = "an int" if isinstance(f.default, int) and not isinstance(f.default, bool) else "a number"
-                raise ValueError(f"{type(config).__name__}.{f.name} must be {kind} in "
-                                 f"{_range_text(lo, hi, lo_open, hi_open)}, got {value!r}")
-
-
-def make_config(config_cls, overrides: dict[str, Any]):
-    names = {f.name for f in dataclasses.fields(config_cls)}
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-        raise ValueError(f"unknown setting(s) {unknown} for {config_cls.__name__}; valid: {sorted(names)}")
-    config = config_cls(**overrides)
-    validate_config(config)
-    return config
-
-
-def parse_value(text: str):
-    """Parse a `--set key=value` value: int, float, bool, None, or string."""
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text

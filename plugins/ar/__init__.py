@@ -1,19 +1,8 @@
-"""`ar`: plain autoregressive decoding through the same loop as every plugin (one token per forward)."""
+"""`ar`: plain autoregressive decoding through the same loop as every plugin (one token per forward). The method is described in plugin.py.
 
-from mmspec.common.accept import GreedyMatch, SpeculativeSampling
-from mmspec.common.decoder import SpeculativeDecoder
-from mmspec.common.plugin import NoConfig, Plugin
-from mmspec.common.registry import register_plugin
+This file imports only the torch-free config; every other name (the plugin class, its rule, drafter and
+decoder) loads from plugin.py on first use, so the CLI checks `--set` against the config before torch loads."""
 
+from mmspec.common.lazy import lazy_exports
 
-@register_plugin("ar")
-class AutoregressivePlugin(Plugin):
-    modality = "any"
-    lossless = True
-    paper = "baseline"
-    Config = NoConfig
-
-    def build_decoder(self, pipeline, request):
-        rule = GreedyMatch() if request.logits.greedy else SpeculativeSampling()
-        return SpeculativeDecoder(request.target, None, rule, request.logits, num_draft_tokens=0,
-                                  eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id)
+__getattr__ = lazy_exports(__name__, "plugin")

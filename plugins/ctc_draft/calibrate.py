@@ -13,7 +13,7 @@ import numpy as np
 
 from mmspec.speech.text import normalize_text
 
-from . import ctc_hypotheses
+from .plugin import ctc_hypotheses
 
 STATISTICS = ("max", "mean", "token")  # the `gate` values: max / mean frame entropy, least sure emitted token
 

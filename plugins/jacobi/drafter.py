@@ -32,10 +32,8 @@ from mmspec.common.draft import Drafter, StepContext
 from mmspec.common.kernels import sample_inverse_cdf
 from mmspec.common.logits import draw_uniform
 
+from .config import COUPLINGS, INITS  # noqa: F401  (COUPLINGS re-exported)
 from .kernels import maximal_coupling
-
-INITS = ("random", "repeat_horizon", "sample_horizon", "vertical")
-COUPLINGS = ("independent", "maximal", "gumbel")
 
 
 class JacobiDrafter(Drafter):

@@ -20,7 +20,7 @@ import torch
 
 from mmspec.common.training import resume_step, save_step, warmup_cosine_lr
 
-from . import SpatialHeads
+from .plugin import SpatialHeads
 
 
 def head_losses(heads: SpatialHeads, hidden: torch.Tensor, probs: torch.Tensor, width: int):

@@ -7,7 +7,8 @@
 Each manifest line is one JSON object in the pipeline's own input terms (`batch_fields`: a class label or
 prompt for images, an audio path to transcribe, a text to say aloud, a page path for documents, a prompt for text), with
 an optional `id` (the output's file name; default: the line's index) and `seed` (default: --seed + index).
-Every line is checked before any generation; a bad one is an error naming its line number and field.
+Every line is checked before any generation; the bad ones are one error naming each line number and field
+(the first ten, then how many more), so a manifest is fixed in one round.
 
 Out folder:
     batch.json               what ran (plugin, model, settings, manifest digest); a resume must match it
@@ -41,104 +42,39 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from .manifest import (ID_PATTERN, RESERVED_FIELDS, Sample, check_lines, path_field,  # noqa: F401
+                       read_manifest, text_field)
+from .pipeline import BatchProgress
 from .stats import DecodeStats
 
-ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # With continuous batching, one decode call takes this many batches' worth of samples and keeps
 # --batch-size rows busy until the last few; its outputs are written when the call returns.
 REFILL_WINDOW = 8
-RESERVED_FIELDS = ("id", "seed")
-
-
-@dataclass
-class Sample:
-    index: int  # 0-based position in the manifest
-    line: int  # 1-based line number (for errors)
-    id: str
-    seed: int
-    fields: dict  # the pipeline's input fields as written in the manifest
-    input: object = None  # the pipeline's checked input (`batch_input`)
-
-
-def read_manifest(path: str | os.PathLike, seed: int) -> list[Sample]:
-    """Parse the manifest's lines (JSON syntax, `id`, `seed`); the pipeline checks its own fields after."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"--inputs: no such manifest file: {str(path)!r}")
-    samples, seen = [], {}
-    for number, text in enumerate(path.read_text().splitlines(), 1):
-        if not text.strip():
-            continue
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path.name} line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{path.name} line {number}: must be a JSON object, got {type(record).__name__}")
-        index = len(samples)
-        sample_id = record.get("id", f"{index:06d}")
-        if not isinstance(sample_id, (str, int)) or isinstance(sample_id, bool) \
-                or not ID_PATTERN.fullmatch(str(sample_id)):
-            raise ValueError(f"{path.name} line {number}: field 'id' must be a string of letters, digits, '.', "
-                             f"'_' or '-' (1-100 characters, not starting with a symbol), got {sample_id!r}")
-        sample_id = str(sample_id)
-        if sample_id in seen:
-            raise ValueError(f"{path.name} line {number}: field 'id' {sample_id!r} repeats line {seen[sample_id]}")
-        seen[sample_id] = number
-        sample_seed = record.get("seed", seed + index)
-        if isinstance(sample_seed, bool) or not isinstance(sample_seed, int) or not 0 <= sample_seed < 2 ** 63:
-            raise ValueError(f"{path.name} line {number}: field 'seed' must be an int in [0, 2**63), "
-                             f"got {sample_seed!r}")
-        fields = {k: v for k, v in record.items() if k not in RESERVED_FIELDS}
-        samples.append(Sample(index, number, sample_id, sample_seed, fields))
-    if not samples:
-        raise ValueError(f"--inputs: {str(path)!r} has no samples (one JSON object per line)")
-    return samples
 
 
 def check_inputs(pipeline, samples: list[Sample], manifest: Path) -> None:
-    """Each sample's fields through the pipeline's `batch_input` (no model work), errors with line numbers."""
+    """Each sample's fields through the pipeline's `batch_input` (no model work); every bad line is named, with
+    its line number, in one error (`check_lines`)."""
     allowed = pipeline.batch_fields
     if not allowed:
         raise NotImplementedError(f"{type(pipeline).__name__} does not support `mmspec batch`")
+    errors = []
     for sample in samples:
         unknown = sorted(set(sample.fields) - set(allowed))
         where = f"{manifest.name} line {sample.line}"
         if unknown:
             fields = ", ".join(f"'{k}' ({v})" for k, v in allowed.items())
-            raise ValueError(f"{where}: unknown field {unknown[0]!r}; a {type(pipeline).__name__} line takes "
-                             f"{fields}, plus optional 'id' and 'seed'")
+            errors.append(f"{where}: unknown field {unknown[0]!r}; a {type(pipeline).__name__} line takes "
+                          f"{fields}, plus optional 'id' and 'seed'")
+            continue
         try:
             sample.input = pipeline.batch_input(sample.fields, manifest.parent)
         except (ValueError, FileNotFoundError) as exc:
-            raise ValueError(f"{where}: {exc}") from None
-
-
-def path_field(record: dict, field: str, base_dir: Path, what: str) -> str:
-    """A manifest field naming an existing file (relative paths are under the manifest's folder)."""
-    value = record.get(field)
-    if value is None:
-        raise ValueError(f"field {field!r} is missing ({what})")
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"field {field!r} must be a file path string ({what}), got {value!r}")
-    path = Path(value) if Path(value).is_absolute() else Path(base_dir) / value
-    if not path.is_file():
-        raise ValueError(f"field {field!r}: no such file {str(path)!r}")
-    return str(path)
-
-
-def text_field(record: dict, field: str, what: str) -> str:
-    value = record.get(field)
-    if value is None:
-        raise ValueError(f"field {field!r} is missing ({what})")
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"field {field!r} must be a non-empty string ({what}), got {value!r}")
-    return value
+            errors.append(f"{where}: {exc}")
+    check_lines(errors)
 
 
 # --- files ---------------------------------------------------------------------------------------------
@@ -249,11 +185,11 @@ def build_pipeline(plugin: str, model: str | None, config: dict, device: str):
 def run_local(pipeline, todo: list[Sample], out: Path, call: dict, batch_size: int, log_path: Path,
               show_progress: bool, refill: bool) -> int:
     """Generate `todo` in this process, `batch_size` rows at a time (refill: continuous batching over calls
-    of REFILL_WINDOW batches); returns the samples written."""
-    from tqdm.auto import tqdm
-
+    of REFILL_WINDOW batches); returns the samples written. Progress: a bar on a terminal, else a line per
+    batch on stderr (`BatchProgress`), so a run logged to a file shows how far it got."""
     done, per_call = 0, batch_size * (REFILL_WINDOW if refill else 1)
-    with tqdm(total=len(todo), unit="sample", disable=not show_progress, desc="mmspec batch") as bar, \
+    batches = -(-len(todo) // per_call)
+    with BatchProgress("mmspec batch", batches, len(todo), "sample", disable=not show_progress) as bar, \
             open(log_path, "a") as log:
         for start in range(0, len(todo), per_call):
             chunk = todo[start:start + per_call]

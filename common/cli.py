@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from .registry import get_plugin_class, plugin_summaries
+from .config import make_config, parse_settings
+from .manifest import read_manifest
+from .config import split_settings as split_call_and_config
+from .registry import get_plugin_class, pipeline_class_name, pipeline_spec, plugin_summaries, resolve_model
 
 # Nothing at module level imports torch, transformers or diffusers: `mmspec list`, `--help`, `--version` and
 # mistakes in the arguments answer at once; each command imports what it runs.
@@ -22,11 +26,44 @@ def cmd_list(args) -> int:
     return 0
 
 
-def check_plugin_name(name: str) -> None:
-    """An unknown plugin name fails here, before torch loads (the registry imports plugins on first use)."""
-    names = [s.name for s in plugin_summaries()]
-    if name not in names:
-        raise ValueError(f"unknown plugin {name!r}; available: {', '.join(names)}")
+def check_plugin_name(name: str):
+    """The plugin's summary; an unknown name fails here, before torch loads (plugins are imported on first use)."""
+    summaries = {s.name: s for s in plugin_summaries()}
+    if name not in summaries:
+        raise ValueError(f"unknown plugin {name!r}; available: {', '.join(summaries)}")
+    return summaries[name]
+
+
+@dataclass
+class Preflight:
+    """What a command knows before torch or any model loads: the plugin, the model and its pipeline's spec (None
+    for a pipeline registered without one: its checks then wait for it to load), and the `--set` values split
+    into call settings and plugin config, each checked against its declared values."""
+
+    plugin: object  # PluginSummary
+    model: str  # a bundled model's name or a saved folder
+    pipeline: str | None  # its registered pipeline's class name (None: not declared by the bundled model)
+    spec: object | None  # PipelineSpec
+    call: dict
+    config: dict
+
+
+def preflight(plugin: str, model: str | None, set_pairs: list[str], bench: bool = False) -> Preflight:
+    """Everything the registry, the config metadata, the pipeline's spec and the file system can tell about a
+    command's plugin, model and `--set` values, without importing torch: one line on the first mistake."""
+    summary = check_plugin_name(plugin)
+    model, pipeline, _ = resolve_model(model if model is not None else summary.default_model, summary.modality)
+    spec = pipeline_spec(pipeline) if pipeline is not None else None
+    settings = parse_settings(set_pairs)
+    shown = pipeline_class_name(pipeline) if pipeline is not None else None
+    if spec is None:
+        return Preflight(summary, model, shown, None, {}, {})
+    defaults = {**spec.call_defaults, **(spec.bench_defaults if bench else {})}
+    config_cls = summary.config_class()
+    call, config = split_call_and_config(defaults, config_cls, plugin, settings)
+    spec.check_settings(call, bench=bench)
+    make_config(config_cls, config)
+    return Preflight(summary, model, shown, spec, call, config)
 
 
 def quiet_weight_loading() -> None:
@@ -64,24 +101,13 @@ def check_generate_args(args) -> None:
             raise ValueError(f"--out {args.out!r}: the folder {str(parent)!r} does not exist")
 
 
-def check_out_suffix(pipeline, out: str | None) -> None:
-    allowed = pipeline.cli_out_suffixes
-    if out is None or not allowed:
-        return
-    suffix = Path(out).suffix.lower()
-    if suffix not in allowed:
-        names = [s or "a folder (no extension)" for s in allowed]
-        raise ValueError(f"--out {out!r}: a {type(pipeline).__name__} writes {', '.join(names)}; got "
-                         f"{suffix or 'no extension'}")
-
-
 def cmd_bench(args) -> int:
     log = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     if args.plugin:
-        check_plugin_name(args.plugin)
+        preflight(args.plugin, args.model, args.set, bench=True)
     check_device(args.device)
     quiet_weight_loading()
-    from .bench import (format_compact_table, format_peers, format_table, parse_settings, plugin_rows, run_all,
+    from .bench import (format_compact_table, format_peers, format_table, plugin_rows, run_all,
                         run_bench, write_markdown)
 
     if args.all:
@@ -134,44 +160,69 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def pipeline_flags_parser(plugin: str, pipeline_cls_name: str, add_arguments) -> argparse.ArgumentParser:
+    """The parser of a pipeline's own input flags (--prompt, --audio, ...), for what the generic parser left."""
+    parser = argparse.ArgumentParser(prog=f"mmspec generate {plugin}", add_help=False,
+                                     description=f"input flags of {pipeline_cls_name}")
+    add_arguments(parser)
+    return parser
+
+
+def parse_pipeline_flags(args, parser: argparse.ArgumentParser, pipeline_cls_name: str) -> None:
+    """Put the pipeline's input flags on `args`; a flag it does not take is one line listing those it does."""
+    extra, unknown = parser.parse_known_args(args.pipeline_args)
+    if unknown:
+        flags = sorted(a.option_strings[0] for a in parser._actions) or ["(none)"]
+        raise ValueError(f"unrecognized arguments {unknown} for a {pipeline_cls_name}; its input flags: "
+                         f"{', '.join(flags)}")
+    for key, value in vars(extra).items():
+        setattr(args, key, value)
+
+
 def cmd_generate(args) -> int:
     if args.plugin is None:
         if args.help:
             args.generate_parser.print_help()
             return 0
         raise ValueError(f"name a PLUGIN (one of {', '.join(s.name for s in plugin_summaries())})")
-    check_plugin_name(args.plugin)
     check_generate_args(args)
+    plan = preflight(args.plugin, args.model, args.set)
+    spec = plan.spec
+    if spec is not None:  # the pipeline's flags, inputs and --out, all before torch loads
+        parser = pipeline_flags_parser(args.plugin, plan.pipeline, spec.add_arguments)
+        if args.help:
+            return print_generate_help(args, parser)
+        parse_pipeline_flags(args, parser, plan.pipeline)
+        spec.check_inputs(args)
+        spec.check_out(args.out, plan.pipeline)
     quiet_weight_loading()
-    from .bench import parse_settings, split_settings
-
     plugin_cls = get_plugin_class(args.plugin)
-    pipeline = plugin_cls.default_pipeline(model=args.model, device=args.device)
-    # The pipeline's own input flags (--prompt, --audio, ...): parse what the generic parser left over.
-    pipeline_parser = argparse.ArgumentParser(prog=f"mmspec generate {args.plugin}", add_help=False,
-                                              description=f"input flags of {type(pipeline).__name__}")
-    pipeline.add_cli_arguments(pipeline_parser)
-    if args.help:
-        args.generate_parser.print_help()
-        print()
-        pipeline_parser.print_help()
-        return 0
-    extra, unknown = pipeline_parser.parse_known_args(args.pipeline_args)
-    if unknown:
-        flags = sorted(a.option_strings[0] for a in pipeline_parser._actions) or ["(none)"]
-        raise ValueError(f"unrecognized arguments {unknown} for a {type(pipeline).__name__}; its input flags: "
-                         f"{', '.join(flags)}")
-    for key, value in vars(extra).items():
-        setattr(args, key, value)
-    call, config = split_settings(pipeline, plugin_cls, parse_settings(args.set))
-    check_out_suffix(pipeline, args.out)
-    accelerated = plugin_cls(**config).attach(pipeline)
+    plugin = plugin_cls(**plan.config)  # the plugin's own checks (trees, saved folders) before the model loads
+    pipeline = plugin_cls.default_pipeline(model=plan.model, device=args.device)
+    if spec is None:  # a pipeline registered without a spec: its flags are known once it is loaded
+        parser = pipeline_flags_parser(args.plugin, type(pipeline).__name__, pipeline.add_cli_arguments)
+        if args.help:
+            return print_generate_help(args, parser)
+        parse_pipeline_flags(args, parser, type(pipeline).__name__)
+        call, config = split_call_and_config(pipeline.call_defaults, plugin_cls.Config, args.plugin,
+                                             parse_settings(args.set))
+        plugin = plugin_cls(**config)
+    else:
+        call = {k: v for k, v in plan.call.items() if k in pipeline.call_defaults}
+    accelerated = plugin.attach(pipeline)
     if args.compare:
         inputs, scored = accelerated.cli_inputs(args)  # unsupported pipelines fail before generating
     code = accelerated.cli_generate(args, call)
     if args.compare:
         print_comparison(accelerated, inputs, scored, args, call)
     return code
+
+
+def print_generate_help(args, pipeline_parser: argparse.ArgumentParser) -> int:
+    args.generate_parser.print_help()
+    print()
+    pipeline_parser.print_help()
+    return 0
 
 
 def print_comparison(accelerated, inputs: list, scored: bool, args, call: dict) -> None:
@@ -216,17 +267,17 @@ def print_comparison(accelerated, inputs: list, scored: bool, args, call: dict) 
 
 
 def cmd_batch(args) -> int:
-    check_plugin_name(args.plugin)
+    preflight(args.plugin, args.model, args.set)
     check_counts(("--batch-size", args.batch_size))
+    read_manifest(args.inputs, args.seed)  # every bad line, named before torch or any model loads
     check_device(args.device)
     quiet_weight_loading()
 
     import torch
 
-    from .batch import read_manifest, run_batch
-    from .bench import parse_settings, split_settings
+    from .batch import run_batch
+    from .bench import split_settings
 
-    read_manifest(args.inputs, args.seed)  # its syntax errors come before any model loads
     plugin_cls = get_plugin_class(args.plugin)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     state = None
@@ -252,7 +303,7 @@ def cmd_batch(args) -> int:
 
 def cmd_plan_tree(args) -> int:
     log = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    check_plugin_name(args.plugin)
+    preflight(args.plugin, args.model, args.set)
     check_device(args.device)
     for name in ("num_samples", "timing_samples", "batch_size", "max_nodes"):
         if getattr(args, name) < 1:
@@ -260,7 +311,6 @@ def cmd_plan_tree(args) -> int:
     quiet_weight_loading()
     from dataclasses import asdict
 
-    from .bench import parse_settings
     from .tree_plan import format_plan, plan_tree
 
     plan = plan_tree(args.plugin, model=args.model, num_samples=args.num_samples,

@@ -21,6 +21,8 @@ import os
 import time
 from pathlib import Path
 
+from .config import PIPELINE_FILE, PLUGIN_FILE  # noqa: F401  (re-exported)
+from .errors import join_named
 from .decoder import Decoder, GenerationOutput, check_max_batch_size
 from .plugin import DecodeRequest
 from .stats import DecodeStats
@@ -52,8 +54,93 @@ class TokenProgress:
         self.last = time.monotonic()
 
 
-PLUGIN_FILE = "mmspec_plugin.json"
-PIPELINE_FILE = "mmspec_pipeline.json"  # which registered pipeline a saved folder holds (`load_saved_pipeline`)
+def draws_bars(stream) -> bool:
+    """Whether a tqdm bar on `stream` reads as a bar: a terminal, or a notebook (tqdm.auto's widget). In a log
+    file, CI output or a pipe, a bar is a run of carriage returns (or nothing, with tqdm's disable=None)."""
+    from tqdm.auto import tqdm
+
+    if any(cls.__module__ == "tqdm.notebook" for cls in tqdm.__mro__):
+        return True
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+class BatchProgress:
+    """Progress of a loop over batches: tqdm's bar where it draws one (`draws_bars`), else one plain line per
+    batch on the same stream ("transcribing: batch 3/10: 24/80 utterances, 41.2 s") so a long run's log shows
+    how far it got. config: `set_progress_bar_config`'s tqdm keywords (disable=True: no output at all;
+    disable=None: tqdm's "bar on a terminal only", so no lines either). per_batch: the bar counts batches, not
+    items (the pipelines' bars always did)."""
+
+    def __init__(self, desc: str, num_batches: int, num_items: int, unit: str = "sample", *,
+                 config: dict | None = None, disable: bool = False, per_batch: bool = False):
+        import sys
+
+        config = dict(config or {})
+        self.stream = config.get("file") or sys.stderr
+        bars = draws_bars(self.stream)
+        wanted = config.pop("disable", False)
+        self.disable = disable or bool(wanted) or (wanted is None and not bars)
+        self.desc, self.unit, self.per_batch = config.get("desc", desc), unit, per_batch
+        self.num_batches, self.num_items = num_batches, num_items
+        self.batches = self.items = 0
+        self.begin = time.perf_counter()
+        self.bar = None
+        if bars and not self.disable:
+            from tqdm.auto import tqdm
+
+            shape = {"total": num_batches} if per_batch else {"total": num_items, "unit": unit}
+            self.bar = tqdm(**{"desc": desc, **shape, **config})
+
+    def update(self, items: int) -> None:
+        """One more batch done, of `items` items."""
+        self.batches += 1
+        self.items += items
+        if self.bar is not None:
+            self.bar.update(1 if self.per_batch else items)
+        elif not self.disable:
+            print(f"{self.desc}: batch {self.batches}/{self.num_batches}: {self.items}/{self.num_items} "
+                  f"{self.unit}s, {time.perf_counter() - self.begin:.1f} s", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __enter__(self) -> "BatchProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def joined_error(errors: list[Exception], head: str = "") -> Exception:
+    """One exception, one line, for `errors` that each name their input: `head`, then their messages
+    (`join_named`). Its type is theirs when they share one, so a caller catching FileNotFoundError for missing
+    files still can; ValueError otherwise."""
+    kind = type(errors[0])
+    if any(type(e) is not kind for e in errors) or kind not in (ValueError, TypeError, FileNotFoundError):
+        kind = ValueError
+    return kind(head + join_named([str(e) for e in errors]))
+
+
+def load_each(items: list, load, what: str) -> list:
+    """[load(item, "what[i]") for every item], except that every item is tried before any fails: one bad input
+    does not hide the others, so a long call's inputs are fixed in one round, before any model work. A single
+    input's error is raised as it is; several inputs' bad ones are named together (`joined_error`)."""
+    loaded, errors = [], []
+    for i, item in enumerate(items):
+        try:
+            loaded.append(load(item, f"{what}[{i}]"))
+        except (ValueError, TypeError, FileNotFoundError) as error:
+            errors.append(error)
+    if not errors:
+        return loaded
+    if len(items) == 1:
+        raise errors[0]
+    raise joined_error(errors, f"{what}: {len(errors)} of {len(items)} inputs cannot be used: ")
 
 
 def refill_blocker(decoder) -> str | None:
@@ -70,6 +157,7 @@ class Pipeline:
 
     modality: str = ""  # a label such as "text"; open, not a fixed list
     pipeline_name: str = ""  # the name it is registered under (`register_pipeline`)
+    spec = None  # its PipelineSpec (mmspec.common.pipeline_spec): `--set` settings, input flags, `--out` suffixes
     call_defaults: dict = {}  # `__call__` settings `--set` may change in bench / generate, with defaults
     bench_settings: dict = {}  # settings only `mmspec bench` takes (its `bench_generate` consumes them)
     bench_input_settings: tuple = ()  # those of `bench_settings` that choose the inputs (`bench_inputs` takes them)
@@ -269,8 +357,6 @@ class Pipeline:
         raise NotImplementedError(f"{type(self).__name__} does not support `mmspec batch`")
 
     # --- command line (mmspec generate) -----------------------------------------------------------
-    cli_out_suffixes: tuple = ()  # what `--out` may end with ("" : a folder); empty: anything
-
     def cli_inputs(self, args) -> tuple[list, bool]:
         """`mmspec generate`'s inputs in this pipeline's bench terms (for `--compare`), and whether they carry
         references the bench's quality metrics can score (the held-out set, class labels)."""
@@ -286,7 +372,9 @@ class Pipeline:
 
     @classmethod
     def add_cli_arguments(cls, parser) -> None:
-        """Add this pipeline's input flags to `mmspec generate`'s parser."""
+        """Add this pipeline's input flags to `mmspec generate`'s parser (its spec's, by default)."""
+        if cls.spec is not None:
+            cls.spec.add_arguments(parser)
 
     def cli_generate(self, args, call: dict) -> int:
         """Run `mmspec generate` with the parsed flags and `--set` call settings; returns an exit code."""

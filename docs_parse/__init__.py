@@ -5,9 +5,10 @@ prompts and `ARModel` adapter over GOT-OCR2-style models (`model`), its training
 
 from mmspec.common.registry import register_bundled_model, register_pipeline
 
-register_pipeline("docs", "mmspec.docs_parse.pipeline:DocParsePipeline")
+register_pipeline("docs", "mmspec.docs_parse.pipeline:DocParsePipeline", spec="mmspec.docs_parse.spec:DOC_SPEC")
 # A 5.3M-parameter GOT-OCR2 (3-layer ViT, 4-layer Qwen2) trained on rendered pages (examples/train_doc_vlm.py).
 register_bundled_model("doc-tiny", "mmspec.docs_parse.pipeline:bundled_pipeline", modality="docs", default=True,
+                       pipeline="docs",
                        bench_ar_rows=({"mode": "page"}, {"mode": "layout+regions"},
                                       {"mode": "layout+regions", "stream": False}, {"mode": "layout"}))
 

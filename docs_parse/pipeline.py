@@ -24,7 +24,7 @@ Inputs: a file path (PNG, JPEG, ...), a PIL image, a numpy array (H×W grey or H
 `pdf_dpi` with pypdfium2) or a ``(pdf_path, page_index)`` pair (one page, 0-based), or a list of them. Output
 lists have one entry per page (`DocParseOutput.sources` says where each came from). Pages are resized to the
 model's square input (320 px for the bundled model; GOT-OCR2 checkpoints use 1024), so boxes come back in the
-input image's own pixels.
+input image's own pixels. A call reads all its inputs before any model work and names every bad one in one error.
 
 Randomness: with one generator per page (a list), a page's output depends on its generator only, so a batch
 equals its pages one by one; region prompts draw from generators seeded from their page's generator (its
@@ -45,19 +45,18 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from tqdm.auto import tqdm
 
 from ..common.decoder import ArrivingRows
 from ..common.logits import LogitsPipeline, check_generators
-from ..common.pipeline import Pipeline, refill_blocker
+from ..common.pipeline import BatchProgress, Pipeline, load_each, refill_blocker
 from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
 from .model import GotOcr2PixelProcessor, GotOcr2Prompts, PageImageProcessor, PagePrompts, PageVLMAR, encode_pages
 from .pages import BLOCK_TYPES
 from .structure import PAGES, REGIONS, STREAMED, TIME_LAYOUT, TIME_REGIONS, UNFINISHED_ROWS, PageRegions
+from .spec import DOC_SPEC, MODES
 
 BUNDLED_DOC_DIR = Path(__file__).parent / "bundled" / "doc_tiny"
-MODES = ("page", "layout", "layout+regions", "regions")
 MIN_PAGE_SIDE = 32  # pixels; smaller images carry no readable text
 PROCESSOR_FILE = "page_processor.json"  # the bundled format's image settings (a GOT-OCR2 folder has its processor)
 FURNITURE = ("page_number",)  # blocks kept in `blocks` but not in a page's markdown
@@ -94,22 +93,26 @@ def _is_pdf(item) -> bool:
 
 def expand_inputs(items: list, dpi: int = 150) -> list[tuple[str, Image.Image]]:
     """(source name, RGB page) for every page of the inputs: images as they are, a PDF path as all its pages,
-    a (pdf_path, page_index) pair as that page."""
-    pages = []
-    for i, item in enumerate(items):
-        name = f"images[{i}]"
-        if isinstance(item, tuple) and len(item) == 2 and _is_pdf(item[0]):
-            path, index = item
-            if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-                raise TypeError(f"{name}: a PDF page index must be an int (0-based), got {index!r}")
-            pages.append((f"{name} page {index}", render_pdf(path, dpi, pages=[int(index)], name=name)[0]))
-        elif _is_pdf(item):
-            rendered = render_pdf(item, dpi, name=name)
-            pages += [(f"{name} page {j}", page) for j, page in enumerate(rendered)]
-        else:
-            pages.append((name, load_page(item, name)))
-    for name, page in pages:
-        check_page_size(page, name)
+    a (pdf_path, page_index) pair as that page. Every input is read before any error, which names all the bad
+    ones (`load_each`)."""
+    _check_dpi(dpi)  # a call setting: one error, not one per PDF
+    return [page for pages in load_each(items, lambda item, name: _input_pages(item, name, dpi), "images")
+            for page in pages]
+
+
+def _input_pages(item, name: str, dpi: int) -> list[tuple[str, Image.Image]]:
+    """One input's pages, named (see `expand_inputs`), each checked for size."""
+    if isinstance(item, tuple) and len(item) == 2 and _is_pdf(item[0]):
+        path, index = item
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"{name}: a PDF page index must be an int (0-based), got {index!r}")
+        pages = [(f"{name} page {index}", render_pdf(path, dpi, pages=[int(index)], name=name)[0])]
+    elif _is_pdf(item):
+        pages = [(f"{name} page {j}", page) for j, page in enumerate(render_pdf(item, dpi, name=name))]
+    else:
+        return [(name, load_page(item, name))]  # load_page checks the size
+    for page_name, page in pages:
+        check_page_size(page, page_name)
     return pages
 
 
@@ -176,8 +179,7 @@ def render_pdf(path: str | os.PathLike, dpi: int = 150, pages: list[int] | None 
     """Pages of a PDF (all, or the 0-based `pages`) as RGB PIL images, rendered by PDFium (pypdfium2)."""
     import pypdfium2
 
-    if isinstance(dpi, bool) or not isinstance(dpi, int) or not 36 <= dpi <= 1200:
-        raise ValueError(f"pdf_dpi must be an int in [36, 1200], got {dpi!r}")
+    _check_dpi(dpi)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{name}: no such PDF file {str(path)!r}")
     try:
@@ -196,6 +198,11 @@ def render_pdf(path: str | os.PathLike, dpi: int = 150, pages: list[int] | None 
         return [document[i].render(scale=dpi / 72).to_pil().convert("RGB") for i in indices]
     finally:
         document.close()
+
+
+def _check_dpi(dpi) -> None:
+    if isinstance(dpi, bool) or not isinstance(dpi, int) or not 36 <= dpi <= 1200:
+        raise ValueError(f"pdf_dpi must be an int in [36, 1200], got {dpi!r}")
 
 
 def _check_int(name: str, value, minimum: int) -> None:
@@ -298,9 +305,9 @@ class DocParsePipeline(Pipeline):
     modality = "docs"
     pipeline_name = "docs"
     bench_num_samples = 48
-    call_defaults = {"mode": "page", "max_new_tokens": 640, "temperature": 0.0, "top_k": None, "top_p": None,
-                     "stream": None}
-    bench_settings = {"block_type": None}  # mode=regions: read only the held-out pages' true blocks of this type
+    spec = DOC_SPEC
+    call_defaults = DOC_SPEC.call_defaults
+    bench_settings = DOC_SPEC.bench_defaults  # mode=regions: read only the held-out pages' true blocks of a type
 
     def __init__(self, model, tokenizer, processor=None, plugin=None, prompts=None):
         self.model = model.eval()
@@ -421,13 +428,14 @@ class DocParsePipeline(Pipeline):
 
         out = DocParseOutput([], [], [], [], DecodeStats(), sources=[name for name, _ in sourced])
         starts = range(0, len(pages), batch_size)
-        bar = tqdm(starts, desc="parsing", disable=len(starts) < 2 or self._progress.get("disable", False),
-                   **{k: v for k, v in self._progress.items() if k != "disable"})
-        for start in bar:
-            chunk = slice(start, start + batch_size)
-            chunk_generator = generators[chunk] if isinstance(generator, list) else generator
-            self._parse_batch(pages[chunk], mode, None if boxes is None else boxes[chunk], logits, max_new_tokens,
-                              chunk_generator, out, stream)
+        with BatchProgress("parsing", len(starts), len(pages), "page", config=self._progress,
+                           disable=len(starts) < 2, per_batch=True) as progress:
+            for start in starts:
+                chunk = slice(start, start + batch_size)
+                chunk_generator = generators[chunk] if isinstance(generator, list) else generator
+                self._parse_batch(pages[chunk], mode, None if boxes is None else boxes[chunk], logits,
+                                  max_new_tokens, chunk_generator, out, stream)
+                progress.update(len(pages[chunk]))
         if not all(out.finished):
             unfinished = [i for i, f in enumerate(out.finished) if not f]
             warnings.warn(f"pages {unfinished} hit max_new_tokens={max_new_tokens} before the end token; their "
@@ -653,13 +661,6 @@ class DocParsePipeline(Pipeline):
 
     def batch_write(self, output, path) -> None:
         Path(path).write_text(output + "\n")
-
-    cli_out_suffixes = (".md", "")
-
-    @classmethod
-    def add_cli_arguments(cls, parser) -> None:
-        parser.add_argument("--page", action="append", default=[],
-                            help="page image to parse (repeatable; default: --num held-out pages)")
 
     def cli_inputs(self, args):
         from .pages import load_held_out_set

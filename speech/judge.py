@@ -29,12 +29,13 @@ INSTALL_HINT = "pip install 'mmspec[tts-judge]'"
 
 
 def as_16khz(waves, sampling_rate: int, name: str = "waves") -> list[np.ndarray]:
-    """A list of mono waveforms -> float32 numpy arrays at 16 kHz, each checked (mono, finite, >= 25 ms)."""
+    """A list of waveforms -> float32 mono numpy arrays at 16 kHz, each checked (finite, >= 25 ms). Converting
+    the rate (and any channels) is this function's job, so it warns about neither."""
     if not isinstance(waves, (list, tuple)):
         raise TypeError(f"{name} must be a list of mono waveforms, got {type(waves).__name__}")
     if not waves:
         raise ValueError(f"{name} is empty")
-    return [load_audio((w, sampling_rate), name=f"{name}[{i}]").numpy() for i, w in enumerate(waves)]
+    return [load_audio((w, sampling_rate), name=f"{name}[{i}]", notice=False).numpy() for i, w in enumerate(waves)]
 
 
 class WhisperJudge:
@@ -171,8 +172,8 @@ def mel_cepstral_distortion(reference: np.ndarray, synthesized: np.ndarray, samp
     """
     if isinstance(num_coefficients, bool) or not isinstance(num_coefficients, int) or not 1 <= num_coefficients < 80:
         raise ValueError(f"num_coefficients must be an int in 1..79 (80 mel bands), got {num_coefficients!r}")
-    ref = load_audio((reference, sampling_rate), name="reference").numpy()
-    syn = load_audio((synthesized, sampling_rate), name="synthesized").numpy()
+    ref = load_audio((reference, sampling_rate), name="reference", notice=False).numpy()  # 16 kHz is its scale
+    syn = load_audio((synthesized, sampling_rate), name="synthesized", notice=False).numpy()
     x, y = mel_cepstra(ref, num_coefficients), mel_cepstra(syn, num_coefficients)
     distance = np.sqrt(((x[:, None, :] - y[None, :, :]) ** 2).sum(-1))  # [N, M] Euclidean
     path = dtw_path(distance)

@@ -7,7 +7,10 @@
 
 Inputs: a file path, a mono waveform (numpy array or torch tensor) with `sampling_rate`, a
 ``(waveform, sampling_rate)`` pair, a ``{"array": ..., "sampling_rate": ...}`` dict (the `datasets`
-convention), or a list of them. Audio is resampled to 16 kHz; it must be mono, finite and non-empty.
+convention), or a list of them. Audio must be finite and non-empty; multi-channel audio (files, and arrays as
+[channels, N] or [N, channels] with at most 8 channels: the short side is the channels) is averaged to mono
+and other rates are resampled to 16 kHz, each with one warning naming the input. A call checks all its inputs
+before any model work and names every bad one in one error.
 """
 
 from __future__ import annotations
@@ -22,11 +25,10 @@ import numpy as np
 import soundfile
 import torch
 import torchaudio
-from tqdm.auto import tqdm
 
 from ..common.logits import LogitsPipeline
 from ..common.decoder import check_max_batch_size
-from ..common.pipeline import Pipeline
+from ..common.pipeline import BatchProgress, Pipeline, load_each
 from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
 from .asr_model import SAMPLE_RATE
@@ -34,6 +36,7 @@ from .recognizer import BUNDLED_ASR_DIR, BundledRecognizer, SpeechRecognizer
 from .segment import split_utterances
 from .structure import AUDIO_SECONDS, GATED_ROWS, CTCTranscript
 from .text import normalize_text
+from .spec import ASR_SPEC
 
 
 MIN_SPEECH_SECONDS = 0.1  # shorter than the shortest word
@@ -57,17 +60,41 @@ class ASROutput:
         return inverse_rtf(self.stats)
 
 
+MAX_CHANNELS = 8  # 7.1 surround; a 2-D array with more on both sides has no side that is plainly its channels
+
+
 def audio_seconds(item) -> float:
     """Duration of a file, a ``{"array", "sampling_rate"}`` dict or a ``(waveform, rate)`` pair."""
     if isinstance(item, (str, os.PathLike)):
         return soundfile.info(str(item)).duration
     array, rate = (item["array"], item["sampling_rate"]) if isinstance(item, dict) else item
-    return len(array) / rate
+    shape = tuple(np.shape(array))
+    return (max(shape) if len(shape) == 2 else len(array)) / rate  # [channels, N] or [N, channels]: N
 
 
-def load_audio(item, sampling_rate: int | None = None, name: str = "audio") -> torch.Tensor:
-    """One input (see module docstring) -> float32 mono waveform [N] at 16 kHz; clear errors otherwise."""
+def to_mono(wave: torch.Tensor, name: str) -> tuple[torch.Tensor, int]:
+    """A waveform [N], [1, N] / [N, 1], or [C, N] / [N, C] with C <= MAX_CHANNELS (the short side is the channels:
+    torchaudio's layout and soundfile's both work) -> (the channels' mean [N], C). Averaging is what librosa and
+    torchaudio users do to feed a mono model; a model trained on one channel has no use for the others."""
+    if wave.dim() == 2 and 1 in wave.shape:
+        return wave.reshape(-1), 1
+    if wave.dim() == 2 and min(wave.shape) <= MAX_CHANNELS < max(wave.shape):
+        axis = int(wave.shape[1] < wave.shape[0])
+        return wave.float().mean(dim=axis), wave.shape[axis]
+    if wave.dim() != 1:
+        raise ValueError(f"{name}: waveform must be [samples], or [channels, samples] / [samples, channels] with at "
+                         f"most {MAX_CHANNELS} channels; got shape {tuple(wave.shape)}")
+    return wave, 1
+
+
+def load_audio(item, sampling_rate: int | None = None, name: str = "audio", notice: bool = True) -> torch.Tensor:
+    """One input (see module docstring) -> float32 mono waveform [N] at 16 kHz; clear errors otherwise.
+
+    Multi-channel audio is averaged to mono and other rates are resampled, as audio libraries do; either is
+    told in one warning naming the input (notice=False: silently, for callers that convert on purpose)."""
+    label = name
     if isinstance(item, (str, os.PathLike)):
+        label = f"{name} {str(item)!r}"
         if not os.path.exists(item):
             raise FileNotFoundError(f"{name}: no such audio file {str(item)!r}")
         try:
@@ -75,10 +102,8 @@ def load_audio(item, sampling_rate: int | None = None, name: str = "audio") -> t
         except soundfile.LibsndfileError:
             raise ValueError(f"{name}: {str(item)!r} is not an audio file soundfile can read (wav, flac, ogg, "
                              "mp3)") from None
-        if data.shape[1] != 1:
-            raise ValueError(f"{name}: {str(item)!r} has {data.shape[1]} channels; ASRPipeline takes mono audio "
-                             "(average or pick a channel first)")
-        wave = torch.from_numpy(data[:, 0].copy())
+        channels = data.shape[1]
+        wave = torch.from_numpy(data.mean(axis=1) if channels > 1 else data[:, 0].copy())
     else:
         if isinstance(item, dict):
             if "array" not in item or "sampling_rate" not in item:
@@ -92,9 +117,7 @@ def load_audio(item, sampling_rate: int | None = None, name: str = "audio") -> t
             rate = sampling_rate
         if rate is None:
             raise ValueError(f"{name}: a waveform needs sampling_rate (an int, e.g. 16000)")
-        if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:
-            raise TypeError(f"sampling_rate must be a positive int (samples per second), got {rate!r} "
-                            f"({type(rate).__name__})")
+        check_sampling_rate(rate)
         if isinstance(item, np.ndarray):
             wave = torch.from_numpy(np.ascontiguousarray(item))
         elif isinstance(item, torch.Tensor):
@@ -108,21 +131,29 @@ def load_audio(item, sampling_rate: int | None = None, name: str = "audio") -> t
             wave = wave.float() / 32768.0
         elif wave.dtype == torch.int32:
             wave = wave.float() / 2147483648.0
-        if wave.dim() == 2 and 1 in wave.shape:
-            wave = wave.reshape(-1)
-        if wave.dim() != 1:
-            raise ValueError(f"{name}: waveform must be mono [samples] (or [1, samples]); got shape "
-                             f"{tuple(wave.shape)} — stereo or multi-channel audio must be mixed down first")
+        if wave.numel() == 0:
+            raise ValueError(f"{name}: audio is empty")
+        wave, channels = to_mono(wave, name)
         wave = wave.float()
     if wave.numel() == 0:
         raise ValueError(f"{name}: audio is empty")
     if not bool(torch.isfinite(wave).all()):
         raise ValueError(f"{name}: audio contains NaN or infinite samples")
+    notes = [f"{channels} channels downmixed to mono"] if channels > 1 else []
     if rate != SAMPLE_RATE:
         wave = torchaudio.functional.resample(wave, int(rate), SAMPLE_RATE)
+        notes.append(f"{rate} Hz resampled to {SAMPLE_RATE} Hz")
+    if notes and notice:
+        warnings.warn(f"{label}: {'; '.join(notes)}", stacklevel=2)
     if wave.numel() < 400:  # one 25 ms analysis window
         raise ValueError(f"{name}: audio is too short ({wave.numel()} samples at 16 kHz; need at least 400)")
     return wave
+
+
+def check_sampling_rate(rate) -> None:
+    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:
+        raise TypeError(f"sampling_rate must be a positive int (samples per second), got {rate!r} "
+                        f"({type(rate).__name__})")
 
 
 def as_batch(audio) -> list:
@@ -145,9 +176,10 @@ class ASRPipeline(Pipeline):
     modality = "speech"
     pipeline_name = "asr"
     bench_num_samples = 200
-    call_defaults = {"max_new_tokens": 200, "temperature": 0.0, "max_batch_size": None}
+    spec = ASR_SPEC
+    call_defaults = ASR_SPEC.call_defaults
     # Which committed set `mmspec bench` transcribes: see `speech.data.BENCH_TEST_SETS`.
-    bench_settings = {"test_set": "in_domain"}
+    bench_settings = ASR_SPEC.bench_defaults
     bench_input_settings = ("test_set",)
     peer_assistant = None  # a small Whisper for the `transformers` assisted-generation bench peer
 
@@ -206,7 +238,9 @@ class ASRPipeline(Pipeline):
             if blocker is not None:
                 raise ValueError(f"max_batch_size needs continuous batching, but {blocker}; leave it None and set "
                                  "batch_size")
-        waves = [load_audio(x, sampling_rate, name=f"audio[{i}]") for i, x in enumerate(items)]
+        if sampling_rate is not None:
+            check_sampling_rate(sampling_rate)  # once for the call, not once per input that uses it
+        waves = load_each(items, lambda x, name: load_audio(x, sampling_rate, name=name), "audio")
         generators = generator if isinstance(generator, list) else [generator] * len(waves)
         if len(generators) != len(waves):
             raise ValueError(f"got {len(generators)} generators for {len(waves)} inputs")
@@ -218,15 +252,16 @@ class ASRPipeline(Pipeline):
             return output if return_dict else (output.texts,)
         texts, sequences, stats = [], [], DecodeStats()
         starts = range(0, len(pieces), batch_size)
-        bar = tqdm(starts, desc="transcribing", disable=len(starts) < 2 or self._progress.get("disable", False),
-                   **{k: v for k, v in self._progress.items() if k != "disable"})
-        for start in bar:
-            chunk = pieces[start:start + batch_size]
-            t, s, st = self._transcribe(chunk, logits, max_new_tokens, piece_generators[start:start + batch_size],
-                                        len(chunk))
-            texts += t
-            sequences += s
-            stats = stats.merge(st)
+        with BatchProgress("transcribing", len(starts), len(pieces), "utterance", config=self._progress,
+                           disable=len(starts) < 2, per_batch=True) as progress:
+            for start in starts:
+                chunk = pieces[start:start + batch_size]
+                t, s, st = self._transcribe(chunk, logits, max_new_tokens,
+                                            piece_generators[start:start + batch_size], len(chunk))
+                texts += t
+                sequences += s
+                stats = stats.merge(st)
+                progress.update(len(chunk))
         output = self._join_pieces(len(waves), owners, texts, sequences, stats, notes, max_new_tokens)
         return output if return_dict else (output.texts,)
 
@@ -330,7 +365,7 @@ class ASRPipeline(Pipeline):
         return refill_blocker(self.build_decoder(self._request(encoded, LogitsPipeline())))
 
     # --- batch protocol (see mmspec.common.batch) ------------------------
-    batch_fields = {"audio": "path of a mono audio file soundfile reads (wav, flac, ogg)"}
+    batch_fields = {"audio": "path of an audio file soundfile reads (wav, flac, ogg; stereo is averaged to mono)"}
     batch_suffix = ".txt"
 
     def batch_input(self, record: dict, base_dir):
@@ -338,27 +373,22 @@ class ASRPipeline(Pipeline):
 
         path = path_field(record, "audio", base_dir, self.batch_fields["audio"])
         try:
-            channels = soundfile.info(path).channels
+            soundfile.info(path)  # a header check: reading every file's samples here would double the I/O
         except RuntimeError:
             raise ValueError(f"field 'audio': {path!r} is not an audio file soundfile can read") from None
-        if channels != 1:
-            raise ValueError(f"field 'audio': {path!r} has {channels} channels; ASRPipeline takes mono audio")
-        return path
+        return path  # several channels or another rate are converted when it is read (`load_audio`)
 
     def batch_generate(self, inputs: list, generators: list, call: dict):
         width = call.get("max_batch_size") or len(inputs)  # continuous batching: encode as many as decode at once
-        out = self(inputs, batch_size=width, generator=generators, **call)
+        shown, self._progress = self._progress, {**self._progress, "disable": True}  # the runner shows its own
+        try:
+            out = self(inputs, batch_size=width, generator=generators, **call)
+        finally:
+            self._progress = shown
         return out.texts, out.stats
 
     def batch_write(self, output, path) -> None:
         Path(path).write_text(output + "\n")
-
-    cli_out_suffixes = (".json",)
-
-    @classmethod
-    def add_cli_arguments(cls, parser) -> None:
-        parser.add_argument("--audio", action="append", default=[],
-                            help="audio file to transcribe (repeatable; default: --num held-out clips)")
 
     def cli_inputs(self, args):
         from .data import load_test_set
@@ -368,7 +398,8 @@ class ASRPipeline(Pipeline):
         return self.cli_held_out(load_test_set(), args.num, "clips", "--audio"), True
 
     def cli_generate(self, args, call: dict) -> int:
-        """`mmspec generate PLUGIN --audio a.wav ...`: print transcripts (held-out clips without --audio)."""
+        """`mmspec generate PLUGIN --audio a.wav ...`: print transcripts (held-out clips without --audio); `--out`
+        a .txt file: the transcripts, one a line; a .json file: each with its audio path, and the statistics."""
         import json
 
         paths = [row["audio"] for row in self.cli_inputs(args)[0]]
@@ -376,7 +407,9 @@ class ASRPipeline(Pipeline):
         for path, text in zip(paths, out.texts):
             print(f"{path}: {text}")
         print(f"{out.stats}  inverse RTF {out.inverse_rtf:.1f}")
-        if args.out:
+        if args.out and Path(args.out).suffix.lower() == ".txt":  # one transcript a line, as `mmspec batch` writes
+            Path(args.out).write_text("".join(text + "\n" for text in out.texts))
+        elif args.out:
             records = [{"audio": str(p), "text": t} for p, t in zip(paths, out.texts)]
             Path(args.out).write_text(json.dumps({"transcripts": records, "stats": out.stats.to_dict()}, indent=2))
         return 0

@@ -30,12 +30,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..common.kernels.sampling import sample_inverse_cdf
 from ..common.logits import LogitsPipeline, check_generators, draw_uniform
 from ..common.model import map_dynamic_cache
-from ..common.pipeline import Pipeline
+from ..common.pipeline import BatchProgress, Pipeline
 from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
 from ..common.structure import RVQFrames
@@ -43,6 +42,7 @@ from .structure import (AUDIO_OUT_SECONDS, BACKBONE_NFE, FRAMES, TIME_BACKBONE, 
                         UNFINISHED_ROWS)
 from .text import CharTokenizer, normalize_text
 from .tts_model import DepthDecoderAR, backbone_forward, end_of_speech_id, frame_embeddings, text_embeddings
+from .spec import TTS_SPEC
 
 BUNDLED_TTS_DIR = Path(__file__).parent / "bundled" / "tts_tiny"
 OUTPUT_TYPES = ("np", "pt")
@@ -107,8 +107,8 @@ class TTSPipeline(Pipeline):
     modality = "speech"
     pipeline_name = "tts"
     bench_num_samples = 16
-    call_defaults = {"max_new_frames": 250, "temperature": 0.9, "top_k": 50, "top_p": 1.0,
-                     "depth_temperature": 0.9, "depth_top_k": 50, "depth_top_p": 1.0}
+    spec = TTS_SPEC
+    call_defaults = TTS_SPEC.call_defaults
 
     def __init__(self, model, tokenizer, codec, plugin=None, frontend=None):
         config = model.config
@@ -189,9 +189,8 @@ class TTSPipeline(Pipeline):
 
         audios, codes, finished, stats = [], [], [], DecodeStats()
         starts = range(0, len(texts), batch_size)
-        quiet = len(starts) < 2 or self._progress.get("disable", False)
-        bar = tqdm(total=len(texts), desc="speaking", disable=quiet,
-                   **{k: v for k, v in self._progress.items() if k != "disable"})
+        bar = BatchProgress("speaking", len(starts), len(texts), "text", config={"unit": "it", **self._progress},
+                            disable=len(starts) < 2)  # the bar's unit stays tqdm's default; lines say texts
         for start in starts:
             batch_gen = generator[start:start + batch_size] if isinstance(generator, list) else generator
             chunk_codes, chunk_finished, chunk_stats = self.generate_codes(
@@ -331,13 +330,6 @@ class TTSPipeline(Pipeline):
         import soundfile
 
         soundfile.write(str(path), output, self.sampling_rate, subtype="PCM_16", format="WAV")
-
-    cli_out_suffixes = (".wav",)
-
-    @classmethod
-    def add_cli_arguments(cls, parser) -> None:
-        parser.add_argument("--text", action="append", default=[],
-                            help="text to speak (repeatable; default: --num held-out sentences)")
 
     def cli_inputs(self, args):
         from .tts_data import load_tts_test_set

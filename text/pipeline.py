@@ -21,6 +21,7 @@ import torch
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import HFCausalLM
 from mmspec.common.pipeline import Pipeline
+from .spec import TEXT_SPEC
 from mmspec.common.plugin import DecodeRequest
 from mmspec.common.stats import DecodeStats
 from mmspec.common.structure import TokenSequence
@@ -127,7 +128,8 @@ class TextPipeline(Pipeline):
     modality = "text"
     pipeline_name = "text"
     bench_num_samples = 32
-    call_defaults = {"max_new_tokens": 96, "temperature": 0.0, "top_k": None, "top_p": None}
+    spec = TEXT_SPEC
+    call_defaults = TEXT_SPEC.call_defaults
 
     def __init__(self, model, draft_model=None, tokenizer=None, eos_token_id: int | None = None, plugin=None,
                  model_name: str | None = None):
@@ -255,12 +257,6 @@ class TextPipeline(Pipeline):
 
     def batch_write(self, output, path) -> None:
         Path(path).write_text(output + "\n")
-
-    cli_out_suffixes = (".json",)
-
-    @classmethod
-    def add_cli_arguments(cls, parser) -> None:
-        parser.add_argument("--prompt", action="append", default=[], help="text prompt (repeatable)")
 
     def cli_inputs(self, args):
         return list(args.prompt or bench_prompts(args.num)), True  # NLL under the target needs only the prompt

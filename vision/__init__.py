@@ -3,9 +3,9 @@ Face Janus / Emu3 / Chameleon), `ARImagePipeline`, image data and metrics, bundl
 
 from mmspec.common.registry import register_bundled_model, register_pipeline
 
-register_pipeline("image", "mmspec.vision.pipeline:ARImagePipeline")
+register_pipeline("image", "mmspec.vision.pipeline:ARImagePipeline", spec="mmspec.vision.spec:IMAGE_SPEC")
 # The project's default model: `load_plugin("ar")` generates images.
 # The bench documents its own quality with and without guidance.
 register_bundled_model("llamagen-tiny", "mmspec.vision.pipeline:bundled_pipeline", modality="vision",
-                       default=True, project_default=True,
+                       pipeline="image", default=True, project_default=True,
                        bench_ar_rows=({"guidance_scale": 3.0}, {"guidance_scale": 1.0}))

@@ -39,6 +39,7 @@ from mmspec.common.structure import CodeGrid
 
 from .llamagen import LlamaGenModel
 from .models import ImageModel, as_prompt_list, image_model_for
+from .spec import IMAGE_SPEC
 
 OUTPUT_TYPES = ("pil", "np", "pt")
 DIFFUSERS_SHIM = "pipeline"  # the module file a saved folder carries for DiffusionPipeline.from_pretrained
@@ -76,7 +77,8 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
     model_cpu_offload_seq = "transformer->vqvae"
     _optional_components = ["vqvae", "tokenizer"]
     _callback_tensor_inputs = ["tokens"]
-    call_defaults = {"guidance_scale": 3.0, "temperature": 1.0, "top_k": None, "top_p": None}
+    spec = IMAGE_SPEC
+    call_defaults = IMAGE_SPEC.call_defaults
 
     def __init__(self, transformer, vqvae: VQModel | None = None, tokenizer=None):
         super().__init__()
@@ -477,17 +479,6 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
 
     def batch_write(self, output, path) -> None:
         output.save(path, format="PNG")
-
-    cli_out_suffixes = (".png", ".jpg", ".jpeg", ".webp")
-
-    @classmethod
-    def add_cli_arguments(cls, parser) -> None:
-        parser.add_argument("--class-label", type=int, action="append", default=[],
-                            help="class-conditional model: class to generate (repeatable): --num images cycle "
-                                 "through the given classes (default: through all classes)")
-        parser.add_argument("--prompt", action="append", default=[],
-                            help="text-to-image model: prompt (repeatable): --num images cycle through the given "
-                                 "prompts (default: through built-in captions)")
 
     def cli_inputs(self, args):
         """--num inputs cycling through the --class-label values or --prompt texts (whichever this model takes;

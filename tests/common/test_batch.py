@@ -180,3 +180,79 @@ def test_bad_files_and_a_changed_job_are_refused_without_touching_what_is_writte
     assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "out", "--batch-size", 0) == 2
     assert "--batch-size must be an int >= 1, got 0" in capsys.readouterr().err
     assert outputs(tmp_path / "out") == before
+
+
+def test_every_bad_manifest_line_is_named_in_one_error_before_any_work(tmp_path, capsys):
+    (tmp_path / "image.wav").write_bytes(b"\x89PNG not audio")
+    good = asr_clips(1)[0]
+    manifest = write_manifest(tmp_path / "m.jsonl", [{"audio": "missing.wav"}, good, {"audio": "image.wav"}, good])
+    assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err == (f"mmspec batch: error: m.jsonl line 1: field 'audio': no such file {str(tmp_path / 'missing.wav')!r}"
+                   f"; m.jsonl line 3: field 'audio': {str(tmp_path / 'image.wav')!r} is not an audio file soundfile "
+                   "can read\n")
+    assert not (tmp_path / "out").exists()  # nothing was generated, or even set up
+    # Syntax errors too are all named at once.
+    (tmp_path / "m.jsonl").write_text('{"audio": 1\n{}\n[2]\n')
+    assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "out") == 2
+    assert capsys.readouterr().err == ("mmspec batch: error: m.jsonl line 1: not valid JSON (Expecting ',' "
+                                       "delimiter at column 12); m.jsonl line 3: must be a JSON object, got list\n")
+
+
+def test_a_manifest_with_many_bad_lines_names_the_first_ten_and_counts_the_rest(tmp_path):
+    from mmspec.common.batch import check_inputs, read_manifest
+
+    class Labels:  # only the manifest check runs: no model is needed
+        batch_fields = {"label": "an int >= 0"}
+
+        def batch_input(self, record, base_dir):
+            if record.get("label", -1) < 0:
+                raise ValueError(f"field 'label' must be an int >= 0, got {record.get('label')!r}")
+            return record["label"]
+
+    path = write_manifest(tmp_path / "m.jsonl", [{"label": -i} for i in range(13)])  # line 1 is label 0: good
+    samples = read_manifest(path, seed=0)
+    with pytest.raises(ValueError) as caught:
+        check_inputs(Labels(), samples, path)
+    named = str(caught.value).split("; ")
+    assert named[0] == "m.jsonl line 2: field 'label' must be an int >= 0, got -1"
+    assert [n.split(":")[0] for n in named[:10]] == [f"m.jsonl line {n}" for n in range(2, 12)]
+    assert named[10:] == ["and 2 more bad lines"] and "\n" not in str(caught.value)
+    assert [s.input for s in samples[:1]] == [0]
+
+
+def test_batch_progress_is_a_line_per_batch_off_a_terminal_and_nothing_when_quiet(tmp_path, capsys, monkeypatch):
+    from mmspec.common import batch as batch_module
+
+    monkeypatch.setattr(batch_module, "REFILL_WINDOW", 1)  # a decode call per --batch-size samples
+    manifest = write_manifest(tmp_path / "m.jsonl", asr_clips(2))
+    assert cli.main(["batch", "ctc_draft", "--inputs", str(manifest), "--out", str(tmp_path / "out"),
+                     "--batch-size", "1"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if ": batch " in line]
+    assert [line.split(",")[0] for line in lines] == ["mmspec batch: batch 1/2: 1/2 samples",
+                                                      "mmspec batch: batch 2/2: 2/2 samples"]
+    assert all(line.endswith(" s") and "\r" not in line for line in lines)
+    assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "quiet", "--batch-size", 1) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_terminal_still_gets_the_tqdm_bar(capsys):
+    import io
+
+    from mmspec.common.pipeline import BatchProgress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    with BatchProgress("mmspec batch", 2, 5, "sample", config={"file": screen}) as progress:
+        progress.update(3)
+        progress.update(2)
+    assert "\r" in screen.getvalue() and "5/5" in screen.getvalue() and ": batch " not in screen.getvalue()
+    with BatchProgress("mmspec batch", 2, 5, "sample", config={"file": screen, "disable": True}) as progress:
+        progress.update(5)
+    plain = io.StringIO()  # not a terminal: lines, on the stream tqdm would have drawn on
+    with BatchProgress("parsing", 2, 5, "page", config={"file": plain}, per_batch=True) as progress:
+        progress.update(3)
+    assert plain.getvalue().startswith("parsing: batch 1/2: 3/5 pages, ") and capsys.readouterr().err == ""

@@ -6,6 +6,8 @@ import importlib
 import re
 import sys
 
+from pathlib import Path
+
 import pytest
 from tiny_models import perturbed_copy, tiny_llama
 from toy_packages import install_package
@@ -289,6 +291,35 @@ def test_declared_summaries_match_the_plugin_classes():
     for name, summary in summaries.items():
         cls = get_plugin_class(name)
         assert (summary.modality, summary.lossless, summary.paper) == (cls.modality, cls.lossless, cls.paper), name
+        assert summary.config_class() is cls.Config, name  # the CLI checks --set against the declared config
+        assert summary.default_model == cls.default_model, name
+        assert cls.__module__ == summary.module, name
+
+
+def test_every_plugin_module_of_the_package_is_declared():
+    """A plugin folder added without its line in the table would be invisible to `mmspec list` and the CLI."""
+    import mmspec
+    from mmspec.common.registry import plugin_summaries
+
+    declared = {s.module for s in plugin_summaries() if s.module}
+    on_disk = {f"mmspec.plugins.{p.parent.name}.plugin" for p in Path(mmspec.__file__).parent.glob("plugins/*/plugin.py")}
+    assert on_disk == declared
+
+
+def test_pipeline_specs_match_their_pipelines():
+    """Each registered pipeline takes its call settings, input flags and `--out` suffixes from the spec the CLI
+    checks before it loads."""
+    from mmspec.common.config import config_defaults
+    from mmspec.common.registry import get_pipeline_class, list_pipelines, pipeline_spec
+
+    for name in list_pipelines():
+        spec, cls = pipeline_spec(name), get_pipeline_class(name)
+        if spec is None:
+            continue
+        assert cls.spec is spec, name
+        assert cls.call_defaults == config_defaults(spec.call_settings), name
+        assert cls.bench_settings == spec.bench_defaults, name
+    assert {n for n in list_pipelines() if pipeline_spec(n) is not None} >= {"image", "asr", "tts", "docs", "text"}
 
 
 def test_summaries_include_entry_point_plugins(toy_plugins):

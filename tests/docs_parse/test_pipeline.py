@@ -147,6 +147,42 @@ def test_bad_pages_fail_with_one_clear_line(pipe, tmp_path):
         pipe([])
 
 
+def test_every_bad_page_is_named_in_one_error_before_any_model_work(pipe, pages, tmp_path, monkeypatch):
+    from PIL import Image
+
+    import mmspec.docs_parse.pipeline as doc_pipeline
+
+    def no_model_work(*args, **kwargs):
+        raise AssertionError("the model ran before the pages were checked")
+
+    monkeypatch.setattr(doc_pipeline, "encode_pages", no_model_work)
+    monkeypatch.setattr(pipe, "decode", no_model_work)
+    (tmp_path / "notes.png").write_text("not an image")
+    missing, notes = str(tmp_path / "missing.png"), str(tmp_path / "notes.png")
+    with pytest.raises(ValueError) as caught:
+        pipe([pages[0], missing, pages[1], notes, Image.new("L", (20, 200)), str(tmp_path / "paper.pdf")])
+    message = str(caught.value)
+    assert message.startswith(f"images: 4 of 6 inputs cannot be used: images[1]: no such image file {missing!r}; "
+                              f"images[3]: {notes!r} is not an image PIL can read (")
+    assert message.endswith("; images[4]: the page is 20×200 pixels; both sides must be at least 32; "
+                            f"images[5]: no such PDF file {str(tmp_path / 'paper.pdf')!r}")
+    assert "\n" not in message
+    with pytest.raises(FileNotFoundError, match=r"^images: 2 of 3 inputs .*images\[0\]: .*; images\[2\]: no such"):
+        pipe([missing, pages[0], str(tmp_path / "paper.pdf")])
+    with pytest.raises(ValueError, match=r"^pdf_dpi must be an int in \[36, 1200\], got 10$"):  # once, not per PDF
+        pipe([str(tmp_path / "a.pdf"), str(tmp_path / "b.pdf")], pdf_dpi=10)
+
+
+def test_page_progress_is_a_line_per_batch_off_a_terminal(pipe, pages, capfd):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # max_new_tokens=2 cuts every page; its warning would print on stderr
+        pipe([pages[0], pages[1], pages[2]], batch_size=2, max_new_tokens=2)
+    lines = capfd.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["parsing: batch 1/2: 2/3 pages", "parsing: batch 2/2: 3/3 pages"]
+
+
 def test_pdf_pages_are_read_whole_or_by_index(pipe, pages, tmp_path):
     from mmspec.docs_parse import render_pdf
 

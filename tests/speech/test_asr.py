@@ -130,12 +130,10 @@ def test_bad_audio_gets_clear_errors(tmp_path):
         pipe(np.zeros(16000, dtype=np.float32), sampling_rate=16000.0)
     with pytest.raises(ValueError, match="needs sampling_rate"):
         pipe(np.zeros(16000, dtype=np.float32))
-    with pytest.raises(ValueError, match="stereo"):
-        pipe(np.zeros((2, 16000), dtype=np.float32), sampling_rate=16000)
-    stereo = tmp_path / "stereo.wav"
-    soundfile.write(stereo, np.zeros((16000, 2), dtype=np.float32), 16000)
-    with pytest.raises(ValueError, match="2 channels"):
-        pipe(str(stereo))
+    with pytest.raises(ValueError, match=r"with at most 8 channels; got shape \(20, 16000\)"):  # no side is plainly
+        pipe(np.zeros((20, 16000), dtype=np.float32), sampling_rate=16000)  # the channels
+    with pytest.raises(ValueError, match=r"\[channels, samples\] / \[samples, channels\]"):
+        pipe(np.zeros((2, 2, 16000), dtype=np.float32), sampling_rate=16000)
     bad = np.zeros(16000, dtype=np.float32)
     bad[100] = np.nan
     with pytest.raises(ValueError, match="NaN"):
@@ -148,6 +146,75 @@ def test_bad_audio_gets_clear_errors(tmp_path):
         pipe(np.zeros(16000, dtype=np.float32), sampling_rate=16000, batch_size=0)
     with pytest.raises(TypeError, match="file path"):
         pipe([[0.0] * 1000], sampling_rate=16000)
+
+
+def test_multichannel_arrays_and_files_are_averaged_to_mono_with_one_notice(tmp_path, test_rows):
+    pipe = ASRPipeline(BundledRecognizer(tiny_asr_model()))
+    wave, rate = soundfile.read(test_rows[0]["audio"], dtype="float32")
+    ref = pipe(wave, sampling_rate=rate, max_new_tokens=8).sequences
+    # Channels whose mean is the clip: the mono model hears the clip itself, in either array layout.
+    both = np.stack([wave * 0.5, wave * 1.5])
+    for array in (both, both.T, torch.from_numpy(both)):
+        with pytest.warns(UserWarning, match=r"^audio\[0\]: 2 channels downmixed to mono$"):
+            assert pipe(array, sampling_rate=rate, max_new_tokens=8).sequences == ref
+    path = tmp_path / "stereo.wav"
+    soundfile.write(path, both.T, rate, subtype="FLOAT")
+    with pytest.warns(UserWarning, match=rf"^audio\[0\] {str(path)!r}: 2 channels downmixed to mono$"):
+        assert pipe(str(path), max_new_tokens=8).sequences == ref
+    with pytest.warns(UserWarning, match=r"^audio\[0\]: 22050 Hz resampled to 16000 Hz$"):
+        pipe(np.zeros(22050, dtype=np.float32), sampling_rate=22050, max_new_tokens=2)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "downmixed|resampled")  # mono 16 kHz needs no conversion: no notice
+        pipe(wave, sampling_rate=rate, max_new_tokens=2)
+        load_audio((both, rate), notice=False)  # a caller converting on purpose (the TTS judge) is not told
+    # The manifest check of `mmspec batch` takes stereo files too.
+    assert pipe.batch_input({"audio": "stereo.wav"}, tmp_path) == str(path)
+
+
+def test_every_bad_audio_input_is_named_in_one_error_before_any_model_work(tmp_path, test_rows, monkeypatch):
+    pipe = ASRPipeline(BundledRecognizer(tiny_asr_model()))
+
+    def no_model_work(*args, **kwargs):
+        raise AssertionError("the model ran before the inputs were checked")
+
+    monkeypatch.setattr(pipe.recognizer, "encode", no_model_work)
+    monkeypatch.setattr(pipe, "decode", no_model_work)
+    (tmp_path / "page.png").write_bytes(b"\x89PNG not audio")
+    good = test_rows[0]["audio"]
+    missing, image = str(tmp_path / "x.wav"), str(tmp_path / "page.png")
+    with pytest.raises(ValueError) as caught:
+        pipe([good, missing, good, image, np.zeros(100, dtype=np.float32)], sampling_rate=16000)
+    message = str(caught.value)
+    assert message == (f"audio: 3 of 5 inputs cannot be used: audio[1]: no such audio file {missing!r}; "
+                       f"audio[3]: {image!r} is not an audio file soundfile can read (wav, flac, ogg, mp3); "
+                       "audio[4]: audio is too short (100 samples at 16 kHz; need at least 400)")
+    # Only missing files: still a FileNotFoundError, naming each.
+    with pytest.raises(FileNotFoundError, match=r"2 of 3 inputs .*audio\[0\]: no such .*; audio\[2\]: no such"):
+        pipe([missing, good, missing + "2"])
+    # A call setting is checked once, not once per input.
+    with pytest.raises(TypeError, match="^sampling_rate must be a positive int"):
+        pipe([np.zeros(16000, dtype=np.float32)] * 3, sampling_rate=16000.0)
+
+
+def test_progress_is_a_plain_line_per_batch_when_stderr_is_not_a_terminal(test_rows, capfd):
+    import warnings
+
+    pipe = ASRPipeline(BundledRecognizer(tiny_asr_model()))
+    clips = [r["audio"] for r in test_rows[:3]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # cut transcripts (max_new_tokens=2) would print on stderr too
+        pipe(clips, batch_size=2, max_new_tokens=2)
+        lines = capfd.readouterr().err.splitlines()
+        assert [line.split(",")[0] for line in lines] == ["transcribing: batch 1/2: 2/3 utterances",
+                                                          "transcribing: batch 2/2: 3/3 utterances"]
+        assert all(line.endswith(" s") and "\r" not in line for line in lines)
+        pipe.set_progress_bar_config(disable=True)
+        pipe(clips, batch_size=2, max_new_tokens=2)
+        pipe.set_progress_bar_config(disable=None)  # tqdm's "a bar on a terminal only": no lines either
+        pipe(clips, batch_size=2, max_new_tokens=2)
+        assert capfd.readouterr().err == ""
 
 
 def test_error_rates_and_rtf():

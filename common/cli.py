@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import make_config, parse_settings
-from .manifest import read_manifest
 from .config import split_settings as split_call_and_config
+from .manifest import read_manifest
 from .registry import get_plugin_class, pipeline_class_name, pipeline_spec, plugin_summaries, resolve_model
 
 # Nothing at module level imports torch, transformers or diffusers: `mmspec list`, `--help`, `--version` and
@@ -37,15 +37,14 @@ def check_plugin_name(name: str):
 @dataclass
 class Preflight:
     """What a command knows before torch or any model loads: the plugin, the model and its pipeline's spec (None
-    for a pipeline registered without one: its checks then wait for it to load), and the `--set` values split
-    into call settings and plugin config, each checked against its declared values."""
+    for a pipeline registered without one: its checks then wait for it to load), and the plugin's `--set`
+    config (the call settings are checked too, and split again against the loaded pipeline's defaults)."""
 
     plugin: object  # PluginSummary
     model: str  # a bundled model's name or a saved folder
     pipeline: str | None  # its registered pipeline's class name (None: not declared by the bundled model)
     spec: object | None  # PipelineSpec
-    call: dict
-    config: dict
+    config: dict  # the plugin's `--set` config
 
 
 def preflight(plugin: str, model: str | None, set_pairs: list[str], bench: bool = False) -> Preflight:
@@ -57,13 +56,13 @@ def preflight(plugin: str, model: str | None, set_pairs: list[str], bench: bool 
     settings = parse_settings(set_pairs)
     shown = pipeline_class_name(pipeline) if pipeline is not None else None
     if spec is None:
-        return Preflight(summary, model, shown, None, {}, {})
+        return Preflight(summary, model, shown, None, {})
     defaults = {**spec.call_defaults, **(spec.bench_defaults if bench else {})}
     config_cls = summary.config_class()
     call, config = split_call_and_config(defaults, config_cls, plugin, settings)
     spec.check_settings(call, bench=bench)
     make_config(config_cls, config)
-    return Preflight(summary, model, shown, spec, call, config)
+    return Preflight(summary, model, shown, spec, config)
 
 
 def quiet_weight_loading() -> None:
@@ -204,12 +203,10 @@ def cmd_generate(args) -> int:
         if args.help:
             return print_generate_help(args, parser)
         parse_pipeline_flags(args, parser, type(pipeline).__name__)
-        call, config = split_call_and_config(pipeline.call_defaults, plugin_cls.Config, args.plugin,
-                                             parse_settings(args.set))
-        plugin = plugin_cls(**config)
-    else:
-        call = {k: v for k, v in plan.call.items() if k in pipeline.call_defaults}
-    accelerated = plugin.attach(pipeline)
+    # The loaded pipeline's own defaults (a bundled model may set other defaults than its class's spec).
+    call, config = split_call_and_config(pipeline.call_defaults, plugin_cls.Config, args.plugin,
+                                         parse_settings(args.set))
+    accelerated = (plugin if spec is not None else plugin_cls(**config)).attach(pipeline)
     if args.compare:
         inputs, scored = accelerated.cli_inputs(args)  # unsupported pipelines fail before generating
     code = accelerated.cli_generate(args, call)

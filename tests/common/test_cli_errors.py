@@ -161,3 +161,13 @@ def test_train_head_never_writes_over_shipped_weights_unless_asked(no_model, cap
     assert "is inside the weights mmspec ships" in capsys.readouterr().err
     assert cli.main(["train-head", "lantern", "--out", str(BUNDLED_EAGLE_HEAD), "--overwrite"]) == 2
     assert "--overwrite-shipped" in capsys.readouterr().err
+
+
+def test_generate_uses_the_loaded_models_own_defaults(tmp_path):
+    """The spec checks `--set` before loading, but the call runs with the loaded pipeline's defaults: the tiny
+    random Whisper stops at its own max_new_tokens (48), not the ASR class's 200."""
+    import json
+
+    out = tmp_path / "t.json"
+    assert cli.main(["generate", "ctc_draft", "--model", "whisper-tiny-random", "--num", "1", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["stats"]["tokens"] <= 48

@@ -36,7 +36,7 @@ from .recognizer import BUNDLED_ASR_DIR, BundledRecognizer, SpeechRecognizer
 from .segment import split_utterances
 from .structure import AUDIO_SECONDS, GATED_ROWS, CTCTranscript
 from .text import normalize_text
-from .spec import ASR_SPEC
+from .spec import ASR_SPEC, check_audio_file
 
 
 MIN_SPEECH_SECONDS = 0.1  # shorter than the shortest word
@@ -373,9 +373,9 @@ class ASRPipeline(Pipeline):
 
         path = path_field(record, "audio", base_dir, self.batch_fields["audio"])
         try:
-            soundfile.info(path)  # a header check: reading every file's samples here would double the I/O
-        except RuntimeError:
-            raise ValueError(f"field 'audio': {path!r} is not an audio file soundfile can read") from None
+            check_audio_file(path)  # a header check: reading every file's samples here would double the I/O
+        except ValueError as exc:
+            raise ValueError(f"field 'audio': {path!r} is {exc}") from None
         return path  # several channels or another rate are converted when it is read (`load_audio`)
 
     def batch_generate(self, inputs: list, generators: list, call: dict):

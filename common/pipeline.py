@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from .config import PIPELINE_FILE, PLUGIN_FILE  # noqa: F401  (re-exported)
-from .errors import join_named
 from .decoder import Decoder, GenerationOutput, check_max_batch_size
+from .errors import join_named
 from .plugin import DecodeRequest
 from .stats import DecodeStats
 from .structure import TokenStructure

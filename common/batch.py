@@ -137,10 +137,12 @@ def sample_statistics(stats: DecodeStats, position: int, batch_size: int) -> dic
             "nfe_per_sample": round(stats.nfe_per_sample, 4), "mean_accepted": round(stats.mean_accepted, 4)}
 
 
-def generate_batch(pipeline, samples: list[Sample], out: Path, call: dict, max_batch_size: int | None = None
-                   ) -> DecodeStats:
+def generate_batch(pipeline, samples: list[Sample], out: Path, call: dict, max_batch_size: int | None = None,
+                   generated=None) -> DecodeStats:
     """Generate one batch and write each sample's output, then its record (the record marks it done).
-    max_batch_size: rows decoded at once by continuous batching (None: the whole batch at once)."""
+    max_batch_size: rows decoded at once by continuous batching (None: the whole batch at once).
+    generated(stats): called once the batch is generated, before any file is written (the run log's line: a
+    crash while the outputs are written must not hide the compute that made them)."""
     import torch
 
     generators = [torch.Generator().manual_seed(s.seed) for s in samples]
@@ -150,6 +152,8 @@ def generate_batch(pipeline, samples: list[Sample], out: Path, call: dict, max_b
     if len(outputs) != len(samples):
         raise RuntimeError(f"{type(pipeline).__name__}.batch_generate returned {len(outputs)} outputs for "
                            f"{len(samples)} inputs")
+    if generated is not None:
+        generated(stats)
     for position, (sample, output) in enumerate(zip(samples, outputs)):
         name = Path("samples") / f"{sample.id}{pipeline.batch_suffix}"
         write_atomic(out / name, lambda p, o=output: pipeline.batch_write(o, p))
@@ -194,9 +198,12 @@ def run_local(pipeline, todo: list[Sample], out: Path, call: dict, batch_size: i
         for start in range(0, len(todo), per_call):
             chunk = todo[start:start + per_call]
             begin = time.perf_counter()
-            stats = generate_batch(pipeline, chunk, out, call, batch_size if refill else None)
-            log.write(batch_line(stats, chunk, time.perf_counter() - begin) + "\n")
-            log.flush()
+
+            def log_line(stats, chunk=chunk, begin=begin):
+                log.write(batch_line(stats, chunk, time.perf_counter() - begin) + "\n")
+                log.flush()
+
+            generate_batch(pipeline, chunk, out, call, batch_size if refill else None, generated=log_line)
             done += len(chunk)
             bar.update(len(chunk))
     return done

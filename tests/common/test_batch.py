@@ -190,7 +190,7 @@ def test_every_bad_manifest_line_is_named_in_one_error_before_any_work(tmp_path,
     err = capsys.readouterr().err
     assert err == (f"mmspec batch: error: m.jsonl line 1: field 'audio': no such file {str(tmp_path / 'missing.wav')!r}"
                    f"; m.jsonl line 3: field 'audio': {str(tmp_path / 'image.wav')!r} is not an audio file soundfile "
-                   "can read\n")
+                   "can read (wav, flac, ogg, mp3)\n")
     assert not (tmp_path / "out").exists()  # nothing was generated, or even set up
     # Syntax errors too are all named at once.
     (tmp_path / "m.jsonl").write_text('{"audio": 1\n{}\n[2]\n')

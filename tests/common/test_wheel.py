@@ -46,7 +46,8 @@ def package_files() -> list[Path]:
 
 
 def test_every_module_and_bundled_file_is_in_the_wheel(wheel_names):
-    expected = {f"mmspec/{f.as_posix()}" for f in package_files() if f.name != "setup.py"}
+    expected = {f"mmspec/{f.as_posix()}" for f in package_files() if f.as_posix() != "setup.py"}
+    assert "mmspec/setup.py" not in wheel_names  # the packaging script is not a module of the package
     missing = sorted(expected - wheel_names)
     assert not missing, f"{len(missing)} files are not in the wheel, e.g. {missing[:5]}"
     assert "mmspec/plugins/ptp/plugin.py" in wheel_names  # the module whose absence first broke `pip install .`

@@ -91,6 +91,13 @@ def write_atomic(path: Path, write) -> None:
             temporary.unlink()
 
 
+def remove_stale_temporaries(out: Path) -> None:
+    """Delete the temporary files a killed run left half-written (`write_atomic`'s `.NAME.PID.tmp.EXT`); called
+    as a run starts, before any of its processes writes."""
+    for path in (out / "samples").glob(".*.tmp*"):
+        path.unlink(missing_ok=True)
+
+
 def write_json_atomic(path: Path, value) -> None:
     write_atomic(path, lambda p: p.write_text(json.dumps(value, indent=2) + "\n"))
 
@@ -276,6 +283,7 @@ def run_batch(pipeline, *, plugin: str, model: str | None, inputs: str | os.Path
         process_state = PartialState()
     if process_state.is_main_process:
         write_json_atomic(out / "batch.json", job)
+        remove_stale_temporaries(out)
         if progress:
             import sys
 

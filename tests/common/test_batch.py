@@ -115,6 +115,20 @@ def test_asr_with_two_processes_and_on_ray_in_local_mode_equals_one_process(tmp_
     assert [r["samples"] for r in json.loads((tmp_path / "ray" / "summary.json").read_text())["runs"]] == [5]
 
 
+def test_a_resumed_run_removes_what_a_killed_write_left_half_done(tmp_path):
+    """A kill -9 inside `write_atomic` leaves its temporary file; the next run over the folder removes it (and
+    the finished samples stay as they are)."""
+    manifest = write_manifest(tmp_path / "m.jsonl", [{"prompt": "the model"}, {"prompt": "a cat"}])
+    args = ["speculative", "--inputs", manifest, "--out", tmp_path / "out", "--set", "max_new_tokens=4"]
+    assert batch(*args) == 0
+    before = outputs(tmp_path / "out")
+    for stale in (".000001.4242.tmp.txt", ".000001.4242.tmp.json", ".000000.99.tmp"):
+        (tmp_path / "out" / "samples" / stale).write_bytes(b"")
+    assert batch(*args) == 0
+    assert not list((tmp_path / "out" / "samples").glob(".*"))
+    assert {k: v for k, v in outputs(tmp_path / "out").items() if not k.startswith(".")} == before
+
+
 @pytest.mark.parametrize("model, line, settings, suffix", [
     ("text-tiny", {"prompt": "the model"}, ["max_new_tokens=6"], ".txt"),
     ("tts-tiny", {"text": "hello there"}, ["max_new_frames=6"], ".wav"),

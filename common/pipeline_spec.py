@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Callable
 
 from .config import config_defaults, make_config
@@ -80,7 +81,7 @@ class PipelineSpec:
     def check_out(self, out: str | None, pipeline_name: str) -> None:
         if out is None or not self.out_suffixes:
             return
-        suffix = "." + out.rsplit(".", 1)[1].lower() if "." in out.rsplit("/", 1)[-1] else ""
+        suffix = Path(out).suffix.lower()
         if suffix not in self.out_suffixes:
             names = [s or "a folder (no extension)" for s in self.out_suffixes]
             raise ValueError(f"--out {out!r}: a {pipeline_name} writes {', '.join(names)}; got "
@@ -89,9 +90,7 @@ class PipelineSpec:
 
 def check_file(value) -> None:
     """An input flag's value names an existing file."""
-    import os
-
-    if not os.path.exists(value):
+    if not Path(value).exists():
         raise ValueError("no such file")
-    if os.path.isdir(value):
+    if Path(value).is_dir():
         raise ValueError("a folder, not a file")

@@ -14,13 +14,15 @@ Out folder:
     batch.json               what ran (plugin, model, settings, manifest digest); a resume must match it
     samples/ID.png|wav|md..  one output per sample
     samples/ID.json          its record: inputs, seed, output file and digest, decoding statistics
-    runs/RUN.rankR.jsonl     one line per decoded batch of every run (the compute spent, crashes included)
+    runs/RUN.rankR.jsonl     a line per sample written and per decode call, of every run (crashes included)
     manifest.jsonl           every record, in input order (written when all samples are done)
     summary.json             statistics summed over all samples and over all runs
 
-Writes are atomic (a temporary name, then rename), and a sample counts as done only when its record exists
-and its output's digest matches: a crash leaves no half file that passes for a finished one, and a resume
-redoes exactly the unfinished samples. Sample i draws only from its own generator, so the outputs do not
+Each sample is written as soon as it is finished, not when its decode call returns: with continuous batching
+the moment its rows finish, otherwise when its batch does. Writes are atomic (a temporary name, then rename),
+and a sample counts as done only when its record exists and its output's digest matches: a kill -9 at any
+moment leaves no half file that passes for a finished one, and a resume redoes exactly the unfinished samples.
+Sample i draws only from its own generator, so the outputs do not
 depend on the number of processes or the batch size, as far as the backend's float rounding is the same
 for every process and batch shape. On CPU, give every run the same thread count (torchrun and accelerate
 set OMP_NUM_THREADS=1 per process unless it is set; with several threads on a loaded machine MKL may use
@@ -51,7 +53,7 @@ from .pipeline import BatchProgress
 from .stats import DecodeStats
 
 # With continuous batching, one decode call takes this many batches' worth of samples and keeps
-# --batch-size rows busy until the last few; its outputs are written when the call returns.
+# --batch-size rows busy until the last few; each sample is written as it finishes.
 REFILL_WINDOW = 8
 
 
@@ -133,41 +135,42 @@ def check_out_folder(out: Path, config: dict) -> None:
 
 # --- one batch ----------------------------------------------------------------------------------------
 
-def sample_statistics(stats: DecodeStats, position: int, batch_size: int) -> dict:
-    """Sample `position`'s own decode statistics when the decode rows were the batch's samples in order,
-    else the batch's (marked as such)."""
-    if len(stats.row_forwards) == batch_size:
-        forwards, committed = stats.row_forwards[position], stats.row_committed[position]
-        return {"target_forwards": forwards, "tokens_committed": committed,
-                "mean_accepted": round(committed / max(1, forwards), 4)}
-    return {"of": "batch", "batch_size": batch_size, "target_nfe": stats.target_nfe,
-            "nfe_per_sample": round(stats.nfe_per_sample, 4), "mean_accepted": round(stats.mean_accepted, 4)}
-
-
 def generate_batch(pipeline, samples: list[Sample], out: Path, call: dict, max_batch_size: int | None = None,
-                   generated=None) -> DecodeStats:
-    """Generate one batch and write each sample's output, then its record (the record marks it done).
-    max_batch_size: rows decoded at once by continuous batching (None: the whole batch at once).
-    generated(stats): called once the batch is generated, before any file is written (the run log's line: a
-    crash while the outputs are written must not hide the compute that made them)."""
+                   log=None, call_id: str = "0") -> DecodeStats:
+    """One decode call over `samples`, each written the moment the pipeline hands it on (`batch_generate`; with
+    continuous batching, as its rows finish): its run-log line, then its output, then its record (which marks it
+    done), so a crash loses only the samples still decoding. Then the call's own run-log line, with its
+    statistics. max_batch_size: rows decoded at once by continuous batching (None: the whole batch at once).
+    log(line): writes one run-log line (a dict); call_id names this call in them."""
     import torch
 
     generators = [torch.Generator().manual_seed(s.seed) for s in samples]
     if max_batch_size is not None and max_batch_size < len(samples):
         call = {**call, "max_batch_size": max_batch_size}
-    outputs, stats = pipeline.batch_generate([s.input for s in samples], generators, call)
-    if len(outputs) != len(samples):
-        raise RuntimeError(f"{type(pipeline).__name__}.batch_generate returned {len(outputs)} outputs for "
-                           f"{len(samples)} inputs")
-    if generated is not None:
-        generated(stats)
-    for position, (sample, output) in enumerate(zip(samples, outputs)):
+    begin = time.perf_counter()
+    written = [False] * len(samples)
+
+    def write_sample(position: int, output, statistics: dict) -> None:
+        if not 0 <= position < len(samples) or written[position]:
+            raise RuntimeError(f"{type(pipeline).__name__}.batch_generate handed on sample {position} twice or out "
+                               f"of range (the call has {len(samples)})")
+        sample = samples[position]
+        if log is not None:  # first: a crash while its files are written must not hide the compute they took
+            log({"sample": sample.id, "call": call_id, "seconds": round(time.perf_counter() - begin, 4)})
         name = Path("samples") / f"{sample.id}{pipeline.batch_suffix}"
-        write_atomic(out / name, lambda p, o=output: pipeline.batch_write(o, p))
+        write_atomic(out / name, lambda p: pipeline.batch_write(output, p))
         record = {"id": sample.id, "index": sample.index, "inputs": sample.fields, "seed": sample.seed,
-                  "output": name.as_posix(), "sha256": file_digest(out / name),
-                  "stats": sample_statistics(stats, position, len(samples))}
+                  "output": name.as_posix(), "sha256": file_digest(out / name), "stats": statistics}
         write_json_atomic(record_path(out, sample), record)
+        written[position] = True
+
+    stats = pipeline.batch_generate([s.input for s in samples], generators, call, write_sample)
+    missing = [s.id for s, done in zip(samples, written) if not done]
+    if missing:
+        raise RuntimeError(f"{type(pipeline).__name__}.batch_generate handed on {len(samples) - len(missing)} of "
+                           f"{len(samples)} samples (first missing: {missing[0]!r})")
+    if log is not None:
+        log(call_line(stats, samples, time.perf_counter() - begin, call_id))
     return stats
 
 
@@ -179,8 +182,10 @@ def summed_stats(stats: DecodeStats) -> dict:
     return out
 
 
-def batch_line(stats: DecodeStats, samples: list[Sample], seconds: float) -> str:
-    return json.dumps({"ids": [s.id for s in samples], "seconds": round(seconds, 4), "stats": summed_stats(stats)})
+def call_line(stats: DecodeStats, samples: list[Sample], seconds: float, call_id: str) -> dict:
+    """A decode call's run-log line: its samples, time and statistics (its samples have a line each too)."""
+    return {"ids": [s.id for s in samples], "call": call_id, "seconds": round(seconds, 4),
+            "stats": summed_stats(stats)}
 
 
 def build_pipeline(plugin: str, model: str | None, config: dict, device: str):
@@ -197,40 +202,48 @@ def run_local(pipeline, todo: list[Sample], out: Path, call: dict, batch_size: i
               show_progress: bool, refill: bool) -> int:
     """Generate `todo` in this process, `batch_size` rows at a time (refill: continuous batching over calls
     of REFILL_WINDOW batches); returns the samples written. Progress: a bar on a terminal, else a line per
-    batch on stderr (`BatchProgress`), so a run logged to a file shows how far it got."""
+    call on stderr (`BatchProgress`), so a run logged to a file shows how far it got."""
     done, per_call = 0, batch_size * (REFILL_WINDOW if refill else 1)
     batches = -(-len(todo) // per_call)
     with BatchProgress("mmspec batch", batches, len(todo), "sample", disable=not show_progress) as bar, \
-            open(log_path, "a") as log:
-        for start in range(0, len(todo), per_call):
+            open(log_path, "a") as log_file:
+
+        def log(line: dict) -> None:
+            log_file.write(json.dumps(line) + "\n")
+            log_file.flush()
+
+        for number, start in enumerate(range(0, len(todo), per_call)):
             chunk = todo[start:start + per_call]
-            begin = time.perf_counter()
-
-            def log_line(stats, chunk=chunk, begin=begin):
-                log.write(batch_line(stats, chunk, time.perf_counter() - begin) + "\n")
-                log.flush()
-
-            generate_batch(pipeline, chunk, out, call, batch_size if refill else None, generated=log_line)
+            generate_batch(pipeline, chunk, out, call, batch_size if refill else None, log=log, call_id=str(number))
             done += len(chunk)
             bar.update(len(chunk))
     return done
 
 
 def read_run_logs(out: Path) -> tuple[DecodeStats, list[dict]]:
-    """Every run's batch lines summed (a line cut by a crash is skipped), and one summary per run file."""
+    """The statistics of every finished decode call of every run, summed (a line cut by a crash is skipped), and
+    one summary per run file: the samples it wrote (sample lines, a killed call's included) and its seconds (a
+    killed call's up to its last written sample)."""
     total, runs = DecodeStats(), []
     for path in sorted((out / "runs").glob("*.jsonl")):
-        samples, seconds = 0, 0.0
+        samples, call_seconds, sample_seconds = 0, {}, {}
         for text in path.read_text().splitlines():
             try:
                 line = json.loads(text)
             except json.JSONDecodeError:
                 continue
+            if "sample" in line:
+                samples += 1
+                key = line.get("call")
+                sample_seconds[key] = max(sample_seconds.get(key, 0.0), line["seconds"])
+                continue
             stats = DecodeStats(**{k: v for k, v in line["stats"].items() if k in DecodeStats.__dataclass_fields__})
             total = total.merge(stats)
-            samples += len(line["ids"])
-            seconds += line["seconds"]
-        runs.append({"log": path.name, "samples": samples, "seconds": round(seconds, 3)})
+            call_seconds[line.get("call")] = line["seconds"]
+        seconds = sum(call_seconds.values()) + sum(v for k, v in sample_seconds.items() if k not in call_seconds)
+        killed = sum(1 for k in sample_seconds if k not in call_seconds)
+        runs.append({"log": path.name, "samples": samples, "seconds": round(seconds, 3),
+                     **({"unfinished_calls": killed} if killed else {})})
     return total, runs
 
 

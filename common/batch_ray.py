@@ -1,12 +1,13 @@
 """`mmspec batch --engine ray`: the same per-sample work as the local engine, as a Ray Data pipeline.
 
-    samples --from_items--> map_batches(BatchWorker, an actor pool) --> one log line per batch
+    samples --from_items--> map_batches(BatchWorker, an actor pool) --> the run-log lines of each call
 
 Each actor builds its own pipeline once (from the plugin, model and settings, not a pickled copy of the
 driver's) and writes outputs and records exactly as `mmspec.common.batch.generate_batch` does, so the files,
 the done-markers and resume are the same as with the local engine. On CPU every actor asks for a fraction of
 a CPU: with Ray's default of one CPU per actor, a 2-core machine deadlocks (Ray Data's own tasks need one
-too). On GPU each actor asks for one GPU.
+too). On GPU each actor asks for one GPU. An actor writes each sample's files as it finishes; its run-log lines
+come back to the driver with its call, so a killed Ray run keeps its samples but logs only its finished calls.
 
 Ray runs in local mode when no cluster is running (`ray.init()` starts one in this process); on a cluster,
 start the driver where `ray.init(address="auto")` finds it (set RAY_ADDRESS) and the --out folder is on a
@@ -16,9 +17,10 @@ file system every node shares.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from .batch import REFILL_WINDOW, Sample, batch_line, generate_batch
+from .batch import REFILL_WINDOW, Sample, generate_batch
 
 
 class BatchWorker:
@@ -28,19 +30,20 @@ class BatchWorker:
         self.pipeline = make_pipeline()
         self.out, self.call, self.base_dir = Path(out), call, Path(base_dir)
         self.max_batch_size = max_batch_size
+        self.calls = 0
 
     def __call__(self, batch: dict) -> dict:
-        import time
-
         samples = []
         for text in batch["sample"]:
             fields = json.loads(text)
             sample = Sample(**fields)
             sample.input = self.pipeline.batch_input(sample.fields, self.base_dir)
             samples.append(sample)
-        begin = time.perf_counter()
-        stats = generate_batch(self.pipeline, samples, self.out, self.call, self.max_batch_size)
-        return {"line": [batch_line(stats, samples, time.perf_counter() - begin)]}
+        lines = []  # the driver writes the run log: a sample line per sample, then the call's line
+        self.calls += 1
+        generate_batch(self.pipeline, samples, self.out, self.call, self.max_batch_size, log=lines.append,
+                       call_id=f"{os.getpid()}-{self.calls}")
+        return {"line": [json.dumps(line) for line in lines]}
 
 
 def run_ray(todo: list[Sample], out: Path, call: dict, batch_size: int, log_path: Path, *,
@@ -76,5 +79,5 @@ def run_ray(todo: list[Sample], out: Path, call: dict, batch_size: int, log_path
         for row in dataset.iter_rows():
             log.write(row["line"] + "\n")
             log.flush()
-            written += len(json.loads(row["line"])["ids"])
+            written += "sample" in json.loads(row["line"])
     return written

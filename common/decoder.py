@@ -117,6 +117,35 @@ def _pad_left(ids: torch.Tensor, mask: torch.Tensor, width: int, pad: int) -> tu
 
 
 @dataclass
+class FinishedRows:
+    """The rows that finished at one decode step: the step callback's info["finished"] (None on steps where none
+    did), so a caller can hand each request's output on before the whole call returns (`mmspec batch` writes
+    each sample as it finishes). Built only on such steps, and only when a callback is given."""
+
+    index: torch.Tensor  # [F] long; each row's index in the call (input order; arrivals after)
+    sequences: torch.Tensor  # [F, max_new_tokens] long; generated tokens, padded with pad_token_id
+    lengths: torch.Tensor  # [F] long; generated tokens per row (EOS included)
+    forwards: torch.Tensor  # [F] long; decode steps each row took part in
+    committed: torch.Tensor  # [F] long; tokens committed to each row (before EOS / length cuts)
+
+    def shifted(self, offset: int) -> "FinishedRows":
+        """The same rows, numbered in a call that put `offset` rows before this one's."""
+        return FinishedRows(self.index + offset, self.sequences, self.lengths, self.forwards, self.committed)
+
+    def renumbered(self, call_index: torch.Tensor) -> "FinishedRows":
+        """The same rows, numbered by `call_index` [N] (row i of this decode is row call_index[i] of the call)."""
+        return FinishedRows(call_index.to(self.index.device)[self.index], self.sequences, self.lengths,
+                            self.forwards, self.committed)
+
+    def rows(self) -> list[tuple[int, list[int], int, int]]:
+        """(index, tokens, forwards, committed) per row, on the host."""
+        index, lengths, forwards, committed = torch.stack(
+            [self.index, self.lengths, self.forwards, self.committed]).tolist()
+        return [(i, self.sequences[f, :n].tolist(), fw, c)
+                for f, (i, n, fw, c) in enumerate(zip(index, lengths, forwards, committed))]
+
+
+@dataclass
 class GenerationOutput:
     sequences: torch.Tensor  # [B, max_new_tokens] long; generated tokens, padded with pad_token_id
     lengths: torch.Tensor  # [B] long; generated tokens per row (EOS included)
@@ -136,7 +165,8 @@ class Decoder(Protocol):
     input_ids [B, T] (any padding side with attention_mask [B, T]); `prefill_input` lets an adapter that
     needs more than ids (CFG: 2B rows) receive its own prefill arguments, its last column the same tokens
     as input_ids'. generator: None, one torch.Generator, or one per row (then row b's randomness depends
-    on generator b only). callback(step, info) after every step, info = {"rows", "tokens", "num_accepted"}.
+    on generator b only). callback(step, info) after every step, info = {"rows", "tokens", "num_accepted"}; a
+decoder that retires rows one by one adds "finished" (`FinishedRows`, or None on steps where no row finished).
 
     A decoder that also takes `max_batch_size=` decodes at most that many rows at once and, as rows
     finish, admits the waiting ones into their places (continuous batching); `refill_blocker()` returns
@@ -249,7 +279,13 @@ class SpeculativeDecoder:
                     self.drafter.commit(ctx, acc, target_probs, verify_output)
                 ctx.last_tokens, ctx.positions, ctx.remaining = acc.next_tokens, ctx.positions + committed, remaining
                 if callback is not None:
-                    callback(step, {"rows": rows, "tokens": acc.tokens, "num_accepted": acc.num_accepted})
+                    done = None
+                    if any_finished:
+                        index = rows[finished]
+                        done = FinishedRows(index, out[index], produced[index], row_forwards[index],
+                                            row_committed[index])
+                    callback(step, {"rows": rows, "tokens": acc.tokens, "num_accepted": acc.num_accepted,
+                                    "finished": done})
                 if arrivals is not None:
                     arrived = arrivals(step, {"rows": rows, "tokens": acc.tokens, "num_accepted": acc.num_accepted,
                                               "sequences": out, "lengths": produced})

@@ -143,6 +143,96 @@ def load_each(items: list, load, what: str) -> list:
     raise joined_error(errors, f"{what}: {len(errors)} of {len(items)} inputs cannot be used: ")
 
 
+def call_statistics(stats: DecodeStats, num_samples: int) -> dict:
+    """A sample's statistics where its own are not known (its decode rows were not its alone): its call's."""
+    return {"of": "batch", "batch_size": num_samples, "target_nfe": stats.target_nfe,
+            "nfe_per_sample": round(stats.nfe_per_sample, 4), "mean_accepted": round(stats.mean_accepted, 4)}
+
+
+def own_statistics(forwards: int, committed: int) -> dict:
+    return {"target_forwards": forwards, "tokens_committed": committed,
+            "mean_accepted": round(committed / max(1, forwards), 4)}
+
+
+class SampleStream:
+    """Hands each sample of a call to `on_sample_done(index, output, statistics)` as soon as every decode row it
+    owns has finished, before the call returns: the step callback's `FinishedRows` (decoders that retire rows
+    one by one, continuous batching among them) say when. Rows a decoder does not report are handed on at
+    `close`, from the call's output. statistics: the sample's own target forwards and committed tokens, summed
+    over its rows (`own_statistics`), or its call's (`call_statistics`) where the decoder kept no per-row counts.
+
+    owners[r]: the sample decode row r belongs to (default: row r is sample r); output(index, tokens): the
+    sample's output from its rows' tokens, in row order. Each sample is handed on exactly once."""
+
+    def __init__(self, on_sample_done, output, num_samples: int, owners: list[int] | None = None):
+        self.on_sample_done, self.output = on_sample_done, output
+        self.owners = list(range(num_samples)) if owners is None else list(owners)
+        self.num_samples = num_samples
+        self.rows_of: list[list[int]] = [[] for _ in range(num_samples)]
+        for row, owner in enumerate(self.owners):
+            self.rows_of[owner].append(row)
+        self.rows_left = [len(rows) for rows in self.rows_of]
+        self.tokens: dict[int, list[int]] = {}
+        self.counts = [[0, 0] for _ in range(num_samples)]  # [forwards, committed] per sample
+        self.done = [False] * num_samples
+        self.outputs: list = [None] * num_samples  # each sample's output, once handed on
+
+    def step_callback(self, offset: int = 0, then=None):
+        """A decode step callback (for rows numbered from `offset` in this stream) that also calls `then`."""
+        def on_step(step, info):
+            finished = info.get("finished")
+            if finished is not None:
+                for row, tokens, forwards, committed in finished.rows():
+                    self._row(offset + row, tokens, forwards, committed)
+            if then is not None:
+                then(step, info)
+        return on_step
+
+    def _row(self, row: int, tokens: list[int], forwards: int | None, committed: int | None,
+             stats: DecodeStats | None = None) -> None:
+        if row in self.tokens:
+            return
+        owner = self.owners[row]
+        self.tokens[row] = tokens
+        if forwards is None or self.counts[owner] is None:
+            self.counts[owner] = None
+        else:
+            self.counts[owner][0] += forwards
+            self.counts[owner][1] += committed
+        self.rows_left[owner] -= 1
+        if self.rows_left[owner] == 0:
+            self._deliver(owner, stats)
+
+    def _deliver(self, owner: int, stats: DecodeStats | None) -> None:
+        output = self.output(owner, [self.tokens[r] for r in self.rows_of[owner]])
+        counts = self.counts[owner]
+        statistics = own_statistics(*counts) if counts is not None else call_statistics(stats, self.num_samples)
+        self.done[owner] = True
+        self.outputs[owner] = output
+        self.on_sample_done(owner, output, statistics)
+
+    def close(self, sequences: list[list[int]], stats: DecodeStats) -> None:
+        """After the call: the rows not handed on yet, from its output `sequences` (one per row) and `stats`."""
+        per_row = len(stats.row_forwards) == len(self.owners)
+        for row, tokens in enumerate(sequences):
+            if row not in self.tokens:
+                self._row(row, tokens, stats.row_forwards[row] if per_row else None,
+                          stats.row_committed[row] if per_row else None, stats)
+        for owner in range(self.num_samples):
+            if not self.done[owner]:  # a sample with no rows (silent audio)
+                self._deliver(owner, stats)
+
+
+def hand_on_all(outputs: list, stats: DecodeStats, on_sample_done) -> DecodeStats:
+    """Hand every output of a finished call to `on_sample_done` (a `batch_generate` whose samples all finish
+    with the call); returns `stats`."""
+    per_row = len(stats.row_forwards) == len(outputs)
+    for i, output in enumerate(outputs):
+        on_sample_done(i, output, own_statistics(stats.row_forwards[i], stats.row_committed[i]) if per_row
+                       else call_statistics(stats, len(outputs)))
+    return stats
+
+
 def refill_blocker(decoder) -> str | None:
     """None when `decoder` does continuous batching (takes `max_batch_size=`), else why it does not."""
     check = getattr(decoder, "refill_blocker", None)
@@ -235,7 +325,9 @@ class Pipeline:
                 request.target.prefill_input_rows(prefill_input, rows.to(prefill_input[0].device), total)
 
             def shifted(step, info, offset=start):  # the callback sees row indices of the whole call
-                callback(step, {**info, "rows": info["rows"] + offset})
+                done = info.get("finished")
+                callback(step, {**info, "rows": info["rows"] + offset,
+                                "finished": None if done is None else done.shifted(offset)})
 
             parts.append(decoder.generate(
                 input_ids[rows], attention_mask[rows], max_new_tokens=max_new_tokens,
@@ -347,9 +439,11 @@ class Pipeline:
         is allowed). `record` holds this pipeline's `batch_fields` only; relative paths are under base_dir."""
         raise NotImplementedError(f"{type(self).__name__} does not support `mmspec batch`")
 
-    def batch_generate(self, inputs: list, generators: list, call: dict) -> tuple[list, DecodeStats]:
-        """One output per input (sample i draws from generators[i] only) and the call's statistics; fill
-        `row_forwards` when the decode rows are the inputs in order (the runner's per-sample statistics)."""
+    def batch_generate(self, inputs: list, generators: list, call: dict, on_sample_done) -> DecodeStats:
+        """Generate one output per input (sample i draws from generators[i] only), handing each to
+        on_sample_done(index, output, statistics) as soon as it is ready — as its decode rows finish where the
+        pipeline's `__call__` streams (`SampleStream`), else all at the end (`hand_on_all`) — and return the
+        call's statistics. The runner writes each sample's files when it is handed on."""
         raise NotImplementedError(f"{type(self).__name__} does not support `mmspec batch`")
 
     def batch_write(self, output, path: Path) -> None:

@@ -48,7 +48,7 @@ from PIL import Image
 
 from ..common.decoder import ArrivingRows
 from ..common.logits import LogitsPipeline, check_generators
-from ..common.pipeline import BatchProgress, Pipeline, load_each, refill_blocker
+from ..common.pipeline import BatchProgress, Pipeline, hand_on_all, load_each, refill_blocker
 from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
 from .model import GotOcr2PixelProcessor, GotOcr2Prompts, PageImageProcessor, PagePrompts, PageVLMAR, encode_pages
@@ -655,9 +655,9 @@ class DocParsePipeline(Pipeline):
                              f"line), got {index!r}")
         return (path, index)
 
-    def batch_generate(self, inputs: list, generators: list, call: dict):
+    def batch_generate(self, inputs: list, generators: list, call: dict, on_sample_done) -> DecodeStats:
         out = self(list(inputs), generator=generators, batch_size=len(inputs), **call)
-        return out.markdown, out.stats
+        return hand_on_all(out.markdown, out.stats, on_sample_done)
 
     def batch_write(self, output, path) -> None:
         Path(path).write_text(output + "\n")

@@ -28,7 +28,7 @@ import torchaudio
 
 from ..common.logits import LogitsPipeline
 from ..common.decoder import check_max_batch_size
-from ..common.pipeline import BatchProgress, Pipeline, load_each
+from ..common.pipeline import BatchProgress, Pipeline, SampleStream, load_each
 from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
 from .asr_model import SAMPLE_RATE
@@ -156,6 +156,11 @@ def check_sampling_rate(rate) -> None:
                         f"({type(rate).__name__})")
 
 
+def join_utterances(texts: list[str]) -> str:
+    """One input's transcript from its utterances' texts, in order (empty ones, silence, dropped)."""
+    return " ".join(t.strip() for t in texts if t.strip())
+
+
 def as_batch(audio) -> list:
     """The list of single inputs in `audio` (a single input becomes a list of one)."""
     if isinstance(audio, list):
@@ -216,7 +221,7 @@ class ASRPipeline(Pipeline):
     @torch.no_grad()
     def __call__(self, audio, sampling_rate: int | None = None, *, batch_size: int = 8, max_new_tokens: int = 200,
                  temperature: float = 0.0, generator=None, return_dict: bool = True,
-                 segment: bool = True, max_batch_size: int | None = None) -> ASROutput:
+                 segment: bool = True, max_batch_size: int | None = None, on_sample_done=None) -> ASROutput:
         """Transcribe `audio` (one input or a list; see the module docstring). segment: split long recordings
         into utterances at pauses and at the model's length limit (`mmspec.speech.segment`), transcribe them
         as rows of the batch and join their texts; False feeds each input whole.
@@ -225,7 +230,9 @@ class ASRPipeline(Pipeline):
         encoder still runs `batch_size` utterances at a time, but the decoder takes all of the call's
         utterances, at most max_batch_size at once, and starts the next waiting one as soon as one finishes
         (a batch no longer waits for its longest transcript). Each transcript is the same either way; the
-        encoder outputs of the whole call are kept meanwhile (about as much memory as its audio)."""
+        encoder outputs of the whole call are kept meanwhile (about as much memory as its audio).
+        on_sample_done(index, text, statistics): called as each input's transcript is ready (all its utterances
+        decoded), before the call returns (`SampleStream`)."""
         items = as_batch(audio)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -245,9 +252,14 @@ class ASRPipeline(Pipeline):
         if len(generators) != len(waves):
             raise ValueError(f"got {len(generators)} generators for {len(waves)} inputs")
         pieces, owners, piece_generators, notes = self._utterances(waves, generators, segment)
+        decoder_text = self.recognizer.decoder_ids_to_text
+        stream = None if on_sample_done is None else SampleStream(
+            on_sample_done, lambda i, rows: join_utterances([decoder_text(r) for r in rows]), len(waves), owners)
         if max_batch_size is not None:
             texts, sequences, stats = self._transcribe(pieces, logits, max_new_tokens, piece_generators, batch_size,
-                                                       max_batch_size)
+                                                       max_batch_size, stream=stream)
+            if stream is not None:
+                stream.close(sequences, stats)
             output = self._join_pieces(len(waves), owners, texts, sequences, stats, notes, max_new_tokens)
             return output if return_dict else (output.texts,)
         texts, sequences, stats = [], [], DecodeStats()
@@ -257,11 +269,14 @@ class ASRPipeline(Pipeline):
             for start in starts:
                 chunk = pieces[start:start + batch_size]
                 t, s, st = self._transcribe(chunk, logits, max_new_tokens,
-                                            piece_generators[start:start + batch_size], len(chunk))
+                                            piece_generators[start:start + batch_size], len(chunk),
+                                            stream=stream, offset=start)
                 texts += t
                 sequences += s
                 stats = stats.merge(st)
                 progress.update(len(chunk))
+        if stream is not None:
+            stream.close(sequences, stats)
         output = self._join_pieces(len(waves), owners, texts, sequences, stats, notes, max_new_tokens)
         return output if return_dict else (output.texts,)
 
@@ -287,13 +302,12 @@ class ASRPipeline(Pipeline):
         return pieces, owners, piece_generators, notes
 
     def _join_pieces(self, num_inputs, owners, texts, sequences, stats, notes, max_new_tokens) -> ASROutput:
-        joined = [[] for _ in range(num_inputs)]
+        texts_of = [[] for _ in range(num_inputs)]
         ids = [[] for _ in range(num_inputs)]
         cut = [False] * num_inputs
         eos = self.recognizer.eos_token_id
         for owner, text, seq in zip(owners, texts, sequences):
-            if text.strip():
-                joined[owner].append(text.strip())
+            texts_of[owner].append(text)
             ids[owner] += seq
             cut[owner] |= len(seq) >= max_new_tokens and (not seq or seq[-1] != eos)
         for i in range(num_inputs):
@@ -310,12 +324,14 @@ class ASRPipeline(Pipeline):
         if flagged:
             warnings.warn("; ".join(f"audio[{i}]: {', '.join(notes[i])}" for i in flagged[:3])
                           + (f" (and {len(flagged) - 3} more)" if len(flagged) > 3 else ""), stacklevel=3)
-        return ASROutput(texts=[" ".join(parts) for parts in joined], sequences=ids, stats=stats,
+        return ASROutput(texts=[join_utterances(parts) for parts in texts_of], sequences=ids, stats=stats,
                          segments=segments, warnings=notes)
 
-    def _transcribe(self, waves, logits, max_new_tokens, generators, encode_batch, max_batch_size=None):
+    def _transcribe(self, waves, logits, max_new_tokens, generators, encode_batch, max_batch_size=None,
+                    stream: SampleStream | None = None, offset: int = 0):
         """Utterances `waves`: encoded `encode_batch` at a time, then decoded as one call (with max_batch_size:
-        at most that many at once, admitting the next as one finishes). Texts, decoder ids, statistics."""
+        at most that many at once, admitting the next as one finishes). Texts, decoder ids, statistics.
+        stream: told of each utterance as it finishes (the call's utterances from `offset`)."""
         if not waves:  # every input was silent: nothing to encode or decode
             return [], [], DecodeStats()
         begin = time.perf_counter()
@@ -327,7 +343,8 @@ class ASRPipeline(Pipeline):
         encoded = parts[0] if len(parts) == 1 else self.recognizer.join_encoded(parts)
         encode_time = time.perf_counter() - begin
         batch_gen = None if all(g is None for g in generators) else generators
-        out = self.decode(encoded, logits, max_new_tokens, batch_gen, max_batch_size=max_batch_size)
+        out = self.decode(encoded, logits, max_new_tokens, batch_gen, max_batch_size=max_batch_size,
+                          callback=None if stream is None else stream.step_callback(offset))
         stats = out.stats
         stats.time_encode_s += encode_time
         stats.time_total_s = time.perf_counter() - begin
@@ -336,7 +353,7 @@ class ASRPipeline(Pipeline):
         return [self.recognizer.decoder_ids_to_text(s) for s in sequences], sequences, stats
 
     def decode(self, encoded, logits: LogitsPipeline, max_new_tokens: int, generator,
-               max_batch_size: int | None = None):
+               max_batch_size: int | None = None, callback=None):
         """The attached plugin's decoder over the encoded batch (the pipeline's decode hook).
 
         The request's `conditioning` is the `EncodedSpeech`, so a speech plugin can read the CTC head's
@@ -347,7 +364,7 @@ class ASRPipeline(Pipeline):
         # max_batch_size only after continuous_batching_blocker() said yes (`__call__`): run_decoder's fallback,
         # rows in chunks, would hand a plugin a slice of the prompts with the whole batch's encoder output.
         return self.run_decoder(request, prompt, max_new_tokens=max_new_tokens, generator=generator,
-                                max_batch_size=max_batch_size)
+                                max_batch_size=max_batch_size, callback=callback)
 
     def _request(self, encoded, logits: LogitsPipeline) -> DecodeRequest:
         eos = self.recognizer.eos_token_id
@@ -378,14 +395,13 @@ class ASRPipeline(Pipeline):
             raise ValueError(f"field 'audio': {path!r} is {exc}") from None
         return path  # several channels or another rate are converted when it is read (`load_audio`)
 
-    def batch_generate(self, inputs: list, generators: list, call: dict):
+    def batch_generate(self, inputs: list, generators: list, call: dict, on_sample_done) -> DecodeStats:
         width = call.get("max_batch_size") or len(inputs)  # continuous batching: encode as many as decode at once
         shown, self._progress = self._progress, {**self._progress, "disable": True}  # the runner shows its own
         try:
-            out = self(inputs, batch_size=width, generator=generators, **call)
+            return self(inputs, batch_size=width, generator=generators, on_sample_done=on_sample_done, **call).stats
         finally:
             self._progress = shown
-        return out.texts, out.stats
 
     def batch_write(self, output, path) -> None:
         Path(path).write_text(output + "\n")

@@ -34,7 +34,7 @@ import torch
 from ..common.kernels.sampling import sample_inverse_cdf
 from ..common.logits import LogitsPipeline, check_generators, draw_uniform
 from ..common.model import map_dynamic_cache
-from ..common.pipeline import BatchProgress, Pipeline
+from ..common.pipeline import BatchProgress, Pipeline, hand_on_all
 from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
 from ..common.structure import RVQFrames
@@ -322,9 +322,9 @@ class TTSPipeline(Pipeline):
         self.frontend(text, "field 'text'")  # characters the voice cannot read fail here, before decoding
         return text
 
-    def batch_generate(self, inputs: list, generators: list, call: dict):
+    def batch_generate(self, inputs: list, generators: list, call: dict, on_sample_done) -> DecodeStats:
         out = self(inputs, generator=generators, batch_size=len(inputs), output_type="np", **call)
-        return out.audios, out.stats
+        return hand_on_all(out.audios, out.stats, on_sample_done)
 
     def batch_write(self, output, path) -> None:
         import soundfile

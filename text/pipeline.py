@@ -20,7 +20,7 @@ import torch
 
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import HFCausalLM
-from mmspec.common.pipeline import Pipeline
+from mmspec.common.pipeline import Pipeline, SampleStream
 from .spec import TEXT_SPEC
 from mmspec.common.plugin import DecodeRequest
 from mmspec.common.stats import DecodeStats
@@ -211,10 +211,11 @@ class TextPipeline(Pipeline):
     @torch.no_grad()
     def __call__(self, prompts, max_new_tokens: int = 96, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, generator=None, return_dict: bool = True,
-                 max_batch_size: int | None = None):
+                 max_batch_size: int | None = None, on_sample_done=None):
         """Continue `prompts`. max_batch_size: decode at most this many prompts at once, starting the next
         waiting one as soon as one finishes (continuous batching, where the plugin's decoder supports it);
-        None: all at once."""
+        None: all at once. on_sample_done(index, text, statistics): called as each completion is ready, before
+        the call returns (`SampleStream`)."""
         if isinstance(prompts, str):
             prompts = [prompts]
         if not isinstance(prompts, (list, tuple)) or not prompts or any(not isinstance(p, str) for p in prompts):
@@ -225,9 +226,14 @@ class TextPipeline(Pipeline):
                                 pad_token_id=self.eos_token_id,
                                 draft_model=None if draft is None else HFCausalLM(draft))
         ids, mask = self.encode_batch(list(prompts))
+        stream = None if on_sample_done is None else SampleStream(
+            on_sample_done, lambda i, rows: self.decode_tokens(rows[0]), len(prompts))
         out = self.run_decoder(request, ids, mask, max_new_tokens=max_new_tokens, generator=generator,
-                               max_batch_size=max_batch_size)
+                               max_batch_size=max_batch_size,
+                               callback=None if stream is None else stream.step_callback())
         sequences = out.tolist()
+        if stream is not None:
+            stream.close(sequences, out.stats)
         texts = [self.decode_tokens(s) for s in sequences]
         if not return_dict:
             return texts, out.stats
@@ -251,9 +257,8 @@ class TextPipeline(Pipeline):
 
         return text_field(record, "prompt", self.batch_fields["prompt"])
 
-    def batch_generate(self, inputs: list, generators: list, call: dict):
-        out = self(inputs, generator=generators, **call)
-        return out.texts, out.stats
+    def batch_generate(self, inputs: list, generators: list, call: dict, on_sample_done) -> DecodeStats:
+        return self(inputs, generator=generators, on_sample_done=on_sample_done, **call).stats
 
     def batch_write(self, output, path) -> None:
         Path(path).write_text(output + "\n")

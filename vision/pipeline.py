@@ -32,7 +32,7 @@ from einops import rearrange
 
 from mmspec.common.logits import LogitsPipeline, check_generators
 from mmspec.common.model import ARModel, CFGModel
-from mmspec.common.pipeline import Pipeline, TokenProgress
+from mmspec.common.pipeline import Pipeline, SampleStream, TokenProgress
 from mmspec.common.plugin import DecodeRequest
 from mmspec.common.stats import DecodeStats
 from mmspec.common.structure import CodeGrid
@@ -240,7 +240,8 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, generator=None,
                  output_type: str = "pil", return_dict: bool = True, callback_on_step_end=None, *,
                  prompt=None, negative_prompt=None, height: int | None = None, width: int | None = None,
-                 max_batch_size: int | None = None, callback_on_step_end_tensor_inputs: list[str] | None = None):
+                 max_batch_size: int | None = None, callback_on_step_end_tensor_inputs: list[str] | None = None,
+                 on_sample_done=None):
         """Generate images for `class_labels` (class-conditional transformer) or `prompt` (text-to-image).
 
         guidance_scale: classifier-free guidance u + s·(c − u) (1: none). negative_prompt (text-to-image, with
@@ -253,6 +254,9 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
         height, width: pixels; only Emu3 takes other sizes than its fixed one. max_batch_size: decode at most
         this many images at once, starting the next waiting image as soon as one finishes (continuous
         batching, where the plugin's decoder supports it; otherwise batches in turn); None: all at once.
+        on_sample_done(index, image, statistics): called as each image is ready, before the call returns (with
+        continuous batching, as soon as its codes are done; `mmspec batch` writes it then); image as
+        `output_type` makes it, statistics its own target forwards and committed tokens (`SampleStream`).
         """
         tensor_inputs = list(self._callback_tensor_inputs if callback_on_step_end_tensor_inputs is None
                              else callback_on_step_end_tensor_inputs)
@@ -280,15 +284,24 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
                 uncond = repeat(model.tokenize_prompt(negatives, grid))
             both, both_mask = _left_pad(rows + uncond, model.pad_token_id)  # [cond; uncond] rows for CFGModel
             target, prefill = CFGModel(adapter, guidance_scale), (model.prompt_ids(both), both_mask)
+        stream = None
+        if on_sample_done is not None:  # each image decoded once, as its codes finish
+            stream = SampleStream(on_sample_done, lambda i, codes: self.postprocess(
+                self.decode_tokens(torch.tensor(codes, device=self.device), grid), output_type)[0], len(rows))
         out = self._run_decoder(target, logits, model.prompt_ids(ids), mask, prefill, grid, generator,
-                                callback_on_step_end, max_batch_size, tensor_inputs)
-        images = self.postprocess(self.decode_tokens(out.sequences, grid), output_type)
+                                callback_on_step_end, max_batch_size, tensor_inputs, stream)
+        if stream is None:
+            images = self.postprocess(self.decode_tokens(out.sequences, grid), output_type)
+        else:
+            stream.close(out.tolist(), out.stats)
+            images = stream.outputs if output_type == "pil" else (
+                np.stack(stream.outputs) if output_type == "np" else torch.stack(stream.outputs))
         if not return_dict:
             return images, out.stats
         return ARImagePipelineOutput(images=images, tokens=out.sequences, stats=out.stats)
 
     def _run_decoder(self, target, logits, input_ids, attention_mask, prefill, grid, generator, callback,
-                     max_batch_size=None, tensor_inputs=("tokens",)):
+                     max_batch_size=None, tensor_inputs=("tokens",), stream: SampleStream | None = None):
         request = DecodeRequest(target, logits, self.code_structure(grid))
         total = grid[0] * grid[1]
         with self.progress_bar(total=total * input_ids.shape[0]) as bar:
@@ -299,8 +312,9 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
                 if callback is not None:
                     callback(self, step, None, {k: info[k] for k in tensor_inputs})
 
+            step_callback = on_step if stream is None else stream.step_callback(then=on_step)
             out = self.run_decoder(request, input_ids, attention_mask, max_new_tokens=total, generator=generator,
-                                   prefill_input=prefill, callback=on_step, max_batch_size=max_batch_size)
+                                   prefill_input=prefill, callback=step_callback, max_batch_size=max_batch_size)
             progress.close()
             return out
 
@@ -472,10 +486,10 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
             raise ValueError(f"field 'prompt' must be a non-empty string, got {value!r}")
         return value
 
-    def batch_generate(self, inputs: list, generators: list, call: dict):
+    def batch_generate(self, inputs: list, generators: list, call: dict, on_sample_done) -> DecodeStats:
         with self._progress_bar_off():
-            out = self(**{self._input_key: inputs}, generator=generators, output_type="pil", **call)
-        return out.images, out.stats
+            return self(**{self._input_key: inputs}, generator=generators, output_type="pil",
+                        on_sample_done=on_sample_done, **call).stats
 
     def batch_write(self, output, path) -> None:
         output.save(path, format="PNG")

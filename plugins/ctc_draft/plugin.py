@@ -286,13 +286,24 @@ class CTCDraftDecoder:
                 loop.admit_at_least = max(1, math.ceil(max_batch_size * config.refill_admit_fraction))
             gens = [generator[b] for b in rows.tolist()] if isinstance(generator, list) else generator
             index = rows.to(input_ids.device)
+
+            def renumbered(step, info):  # the callback sees rows of the whole call, not of those the gate left
+                done = info.get("finished")
+                callback(step, {**info, "rows": index[info["rows"]],
+                                "finished": None if done is None else done.renumbered(index)})
+
             out = loop.generate(input_ids[index], None if attention_mask is None else attention_mask[index],
-                                max_new_tokens=max_new_tokens, generator=gens, callback=callback,
-                                max_batch_size=max_batch_size)
+                                max_new_tokens=max_new_tokens, generator=gens,
+                                callback=None if callback is None else renumbered, max_batch_size=max_batch_size)
             stats = out.stats
             for b, seq in zip(rows.tolist(), out.tolist()):
                 sequences[b] = seq
         gated = int(final.sum())
+        if gated and len(stats.row_forwards) == rows.numel():  # per-row counts of every row, in input order
+            forwards, committed = [0] * batch, [len(seq) for seq in sequences]  # a gated row: no target forward
+            for position, b in enumerate(rows.tolist()):
+                forwards[b], committed[b] = stats.row_forwards[position], stats.row_committed[position]
+            stats.row_forwards, stats.row_committed = forwards, committed
         stats.time_draft_s += draft_time
         stats.num_rows += gated
         stats.add(GATED_ROWS, gated)

@@ -75,29 +75,41 @@ def test_image_outputs_do_not_depend_on_process_count_or_batch_size(tmp_path, on
     assert one_row["continuous_batching"] and one_row["compute"]["extra"]["admitted_rows"] == 1
 
 
-def test_asr_kill_9_then_resume_equals_an_uninterrupted_run_and_redoes_a_truncated_file(tmp_path, one_thread):
+def test_asr_kill_9_mid_call_then_resume_redoes_only_unfinished_samples_and_equals_an_uninterrupted_run(
+        tmp_path, one_thread):
+    """Samples are written as their rows finish, not when the decode call returns: a kill -9 inside a call keeps
+    what finished, the resume leaves those files untouched, redoes the rest (and a file cut short), and the
+    result equals an uninterrupted run byte for byte."""
     manifest = write_manifest(tmp_path / "clips.jsonl", asr_clips(10))
     assert batch("ctc_draft", "--inputs", manifest, "--out", tmp_path / "straight", "--batch-size", 4) == 0
     out = tmp_path / "killed"
+    # --batch-size 2: one call of up to 16 samples (REFILL_WINDOW batches) holds all 10
     process = subprocess.Popen([sys.executable, "-m", "mmspec", "batch", "ctc_draft", "--inputs", str(manifest),
-                                "--out", str(out), "--batch-size", "1", "--quiet"], env=ENV,
+                                "--out", str(out), "--batch-size", "2", "--quiet"], env=ENV,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 300
-    while not list(out.glob("samples/*.json")) and process.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
+    while len(list(out.glob("samples/*.json"))) < 3 and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    done = sorted(out.glob("samples/*.txt"))
-    assert 1 <= len(done) < 10 and not (out / "manifest.jsonl").exists()
-    done[0].write_text("tru")  # a file cut short: its digest no longer matches the record, so it is redone
+    lines = [json.loads(x) for x in next(out.glob("runs/*.jsonl")).read_text().splitlines() if x.endswith("}")]
+    assert lines and all("sample" in line for line in lines), "killed after its call ended: not mid-call"
+    records = sorted(out.glob("samples/*.json"))
+    assert 3 <= len(records) < 10 and not (out / "manifest.jsonl").exists()
+    finished = {p.with_suffix(".txt") for p in records if (p.with_suffix(".txt")).exists()}
+    cut = sorted(finished)[0]
+    cut.write_text("tru")  # a file cut short: its digest no longer matches the record, so it is redone
+    kept = {p: p.stat().st_mtime_ns for p in sorted(finished - {cut}) + [r for r in records if r.stem != cut.stem]}
     assert batch("ctc_draft", "--inputs", manifest, "--out", out, "--batch-size", 3) == 0
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept  # finished samples are not redone
     assert outputs(out) == outputs(tmp_path / "straight")
     assert not list(out.glob("samples/.*"))  # no temporary file left behind
     summary = json.loads((out / "summary.json").read_text())
-    assert len(summary["runs"]) == 2 and summary["samples"] == 10
-    assert sum(r["samples"] for r in summary["runs"]) >= 10  # compute spent over both runs, redone samples too
-    assert summary["per_sample"]["samples_with_own_statistics"] == 10
+    first, second = sorted(summary["runs"], key=lambda r: r["log"])
+    assert first["samples"] == len(lines) and first["unfinished_calls"] == 1
+    assert second["samples"] == 10 - len(kept) // 2 and "unfinished_calls" not in second
+    assert summary["samples"] == 10 and summary["per_sample"]["samples_with_own_statistics"] == 10
     assert summary["continuous_batching"]  # ctc_draft on asr-tiny refills utterances as they finish
 
 

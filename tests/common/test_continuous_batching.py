@@ -80,6 +80,27 @@ def test_refilled_rows_equal_each_row_alone(models, kind, temperature, torch_ker
     assert len(set(lengths)) > 2, "EOS must make the rows ragged for this test to mean anything"
 
 
+@pytest.mark.parametrize("max_batch_size", [None, 3])
+def test_each_row_is_reported_once_at_the_step_it_finishes(models, max_batch_size):
+    """The step callback's `FinishedRows`: what lets a caller hand a request on before the call returns."""
+    reports, steps = [], []
+
+    def callback(step, info):
+        steps.append(step)
+        if info["finished"] is not None:
+            reports.extend((step, *row) for row in info["finished"].rows())
+
+    ids, mask = prompts()
+    gens = [torch.Generator().manual_seed(100 + r) for r in range(ROWS)]
+    out = decoder("draft_model", *models, LogitsPipeline(temperature=1.0)).generate(
+        ids, mask, max_new_tokens=30, generator=gens, callback=callback, max_batch_size=max_batch_size)
+    assert sorted(r[1] for r in reports) == list(range(ROWS))  # every row, once
+    for step, row, tokens, forwards, committed in reports:
+        assert tokens == out.sequences[row, :int(out.lengths[row])].tolist(), f"row {row}"
+        assert (forwards, committed) == (out.stats.row_forwards[row], out.stats.row_committed[row])
+    assert len({r[0] for r in reports}) > 2 and reports[0][0] < steps[-1]  # ragged: reported along the way
+
+
 def test_a_decoder_that_cannot_refill_says_why_and_the_pipeline_hook_runs_batches_in_turn(models):
     class Opaque(Drafter):  # keeps per-row state but never learnt to admit rows
         def propose(self, ctx):
@@ -104,9 +125,15 @@ def test_the_image_pipeline_refills_rows_with_the_same_images(plugin, config):
     pipe.set_progress_bar_config(disable=True)
     assert pipe.continuous_batching_blocker() is None
     whole = pipe(class_labels=[1, 2, 3], temperature=0, output_type="pt")
-    refilled = pipe(class_labels=[1, 2, 3], temperature=0, output_type="pt", max_batch_size=2)
+    handed = []
+    refilled = pipe(class_labels=[1, 2, 3], temperature=0, output_type="pt", max_batch_size=2,
+                    on_sample_done=lambda *a: handed.append(a))
     assert torch.equal(whole.tokens, refilled.tokens)
     assert refilled.stats.extra["admitted_rows"] == 1 and len(refilled.stats.row_forwards) == 3
+    assert sorted(i for i, _, _ in handed) == [0, 1, 2]  # each image handed on once, as its codes finished
+    for i, image, statistics in handed:
+        assert torch.equal(image, refilled.images[i]) and torch.equal(image, whole.images[i])
+        assert statistics["target_forwards"] == refilled.stats.row_forwards[i]
 
 
 def test_refill_bench_row_and_its_benchmarks_section(tmp_path):

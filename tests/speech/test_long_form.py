@@ -63,3 +63,21 @@ def test_silence_tiny_clips_and_cut_transcripts_are_reported(pipes):
     assert "too short to hold a word" in out.warnings[1][0]
     assert out.warnings[2] == ["reached max_new_tokens=3 before the end of an utterance: its text is cut "
                                "(raise max_new_tokens)"]
+
+
+@pytest.mark.parametrize("max_batch_size", [None, 2])
+def test_a_long_recording_is_handed_on_once_all_its_utterances_are_done(pipes, max_batch_size):
+    """`on_sample_done` (what `mmspec batch` writes from): an input of several utterances is handed on once, with
+    the same text the call returns and the forwards of all its rows; a silent input too, with none."""
+    two, _ = recording([0, 1])
+    handed = []
+    pipe = pipes["strict"]
+    out = pipe([(two, 16000), (clip(2), 16000), (np.zeros(32000, dtype="float32"), 16000)], batch_size=2,
+               max_batch_size=max_batch_size, on_sample_done=lambda *a: handed.append(a))
+    assert out.segments == [2, 1, 0]
+    assert sorted(i for i, _, _ in handed) == [0, 1, 2]
+    for i, text, statistics in handed:
+        assert text == out.texts[i]
+    counts = {i: s["target_forwards"] for i, _, s in handed}
+    assert counts[2] == 0 and counts[0] > counts[1] > 0  # two utterances' forwards against one's
+    assert handed[-1][0] == 2  # no rows to finish: handed on when the call ends

@@ -83,6 +83,15 @@ def check_device(device: str | None) -> None:
                              "use --device cpu")
 
 
+# Every seed the commands derive from --seed (seed + i, seed * 100003 + i) stays inside torch's 64-bit range.
+MAX_SEED = 2 ** 32 - 1
+
+
+def check_seed(seed: int) -> None:
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"--seed must be an int in [0, 2**32 - 1], got {seed}")
+
+
 def check_counts(*flags: tuple[str, int]) -> None:
     """Each (flag, value) is a count: an int >= 1."""
     for flag, value in flags:
@@ -193,6 +202,7 @@ def cmd_generate(args) -> int:
             return print_generate_help(args, parser)
         parse_pipeline_flags(args, parser, plan.pipeline)
         spec.check_inputs(args)
+        spec.check_num(args)
         spec.check_out(args.out, plan.pipeline)
     quiet_weight_loading()
     plugin_cls = get_plugin_class(args.plugin)
@@ -243,6 +253,11 @@ def print_comparison(accelerated, inputs: list, scored: bool, args, call: dict) 
     why = ("" if greedy and lossless else " (a lossy plugin: its quality cost is the figure to read)" if not lossless
            else " (sampling: a lossless plugin keeps the law, not the samples)")
     print(f"  outputs identical to AR: {same} of {len(inputs)}{why}")
+    if acc.saves_nothing and accelerated.plugin is not None:
+        print(f"  {args.plugin} saved no target forwards here: its drafts were almost never accepted (mean accepted "
+              f"{acc.mean_accepted:.2f} tokens per forward, plain AR 1.00). To change that:")
+        for hint in accelerated.plugin.advice_when_nothing_saved(call):
+            print(f"    - {hint}")
     if scored:
         try:
             base_q = accelerated.bench_quality(inputs, base_seq)
@@ -476,6 +491,8 @@ def main(argv=None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.pipeline_args = rest
     try:
+        if getattr(args, "seed", None) is not None:  # every command that takes one, before its own work
+            check_seed(args.seed)
         return args.func(args)
     except (ValueError, KeyError, NotImplementedError, FileNotFoundError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc

@@ -43,6 +43,9 @@ class PipelineSpec:
     bench_settings: type | None = None
     inputs: tuple[InputFlag, ...] = ()
     out_suffixes: tuple[str, ...] = ()  # what `--out` may end with ("": a folder); empty: anything
+    # The most `mmspec generate --num` may ask for, given the parsed flags: (ceiling, why), or None for no
+    # ceiling. No torch: it answers before any model loads.
+    num_ceiling: Callable[[argparse.Namespace], tuple[int, str] | None] | None = None
 
     @property
     def call_defaults(self) -> dict:
@@ -78,6 +81,11 @@ class PipelineSpec:
         if bad:
             raise ValueError(f"{len(bad)} input{'s' if len(bad) != 1 else ''} cannot be used: {join_named(bad)}")
 
+    def check_num(self, args: argparse.Namespace) -> None:
+        ceiling = None if self.num_ceiling is None else self.num_ceiling(args)
+        if ceiling is not None and args.num > ceiling[0]:
+            raise ValueError(f"--num must be at most {ceiling[0]} ({ceiling[1]}), got {args.num}")
+
     def check_out(self, out: str | None, pipeline_name: str) -> None:
         if out is None or not self.out_suffixes:
             return
@@ -86,6 +94,12 @@ class PipelineSpec:
             names = [s or "a folder (no extension)" for s in self.out_suffixes]
             raise ValueError(f"--out {out!r}: a {pipeline_name} writes {', '.join(names)}; got "
                              f"{suffix or 'no extension'}")
+
+
+def count_lines(path: str | Path) -> int:
+    """Lines of a committed held-out list (its size, read without loading what it names)."""
+    with open(path) as f:
+        return sum(1 for line in f if line.strip())
 
 
 def check_file(value) -> None:

@@ -89,6 +89,22 @@ class Plugin:
         if self.needs_draft_model and pipeline.draft_model is None:
             raise ValueError(f"plugin {self.name!r} needs a draft model: give the pipeline draft_model=")
 
+    def advice_when_nothing_saved(self, call: dict) -> list[str]:
+        """What to change when this plugin's drafts were (almost) never accepted (`DecodeStats.saves_nothing`),
+        most likely first; `call`: the pipeline settings of the run. Plugins add their own knobs."""
+        hints = []
+        if self.head_trainer is not None:
+            hints.append(f"train its drafting weights for this model, longer or on more of its outputs (`mmspec "
+                         f"train-head {self.name} --model MODEL --out DIR`, then load with the folder): a head "
+                         "drafts only for the model it was trained on")
+        if call.get("temperature", None) == 0:
+            hints.append("sample (--set temperature=1): greedy decoding accepts a draft only where it is the "
+                         "target's single top token, and many-valued outputs (image codes, audio frames) rarely "
+                         "have one")
+        hints.append("draft fewer tokens per step: with acceptance this low every drafted token is verify cost "
+                     "that commits nothing")
+        return hints
+
     def attach(self, pipeline):
         """A new pipeline that shares `pipeline`'s components and decodes with this plugin; the given one
         is left as it was."""

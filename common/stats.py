@@ -50,6 +50,13 @@ class DecodeStats:
         total = sum(k * n for k, n in enumerate(self.accepted_hist))
         return total / max(1, sum(self.accepted_hist))
 
+    @property
+    def saves_nothing(self) -> bool:
+        """Drafts were proposed but (almost) never accepted: under 2 % more tokens per target forward than plain
+        AR, so the drafting was pure cost (`Plugin.advice_when_nothing_saved` says what to change)."""
+        self.settle()
+        return self.row_steps > 0 and sum(self.drafted_per_position) > 0 and self.mean_accepted < 1.02
+
     def forget_rows(self) -> None:
         """Drop the per-row lists: for a pipeline whose decode rows were not its samples (frames, regions)."""
         self.row_forwards, self.row_committed = [], []
@@ -181,6 +188,7 @@ class DecodeStats:
         per_sample = f"{self.nfe_per_sample:.1f} target forwards/sample, " if self.row_steps else ""
         drafter = f", drafter forwards {self.drafter_nfe}" if self.drafter_nfe else ""
         extra = "".join(f", {k}={v:g}" for k, v in sorted(self.extra.items()))
+        extra += "; drafts almost never accepted: no target forwards saved" if self.saves_nothing else ""
         return (f"DecodeStats({self.num_rows} rows, {self.tokens} tokens, {per_sample}"
                 f"mean accepted {self.mean_accepted:.2f}, acceptance/position [{shown}]{drafter}, "
                 f"time draft/verify/accept/total {self.time_draft_s:.2f}/{self.time_verify_s:.2f}/"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from mmspec.common.config import count_field, field_choices, temperature_field, top_k_field, top_p_field
 from mmspec.common.pipeline_spec import InputFlag, PipelineSpec, check_file
 
-from .pages import BLOCK_TYPES
+from .pages import BLOCK_TYPES, BUNDLED_DIR
 
 # How a page is read: the whole page in one row; its layout only; layout, then each block as a row of one batch;
 # or given regions (`regions=`), each a row.
@@ -46,8 +47,15 @@ class DocBenchSettings:
                                            doc="mode=regions: read only the held-out pages' true blocks of this type")
 
 
+def held_out_pages_ceiling(args):
+    """`--num` without --page takes the first --num committed held-out pages: at most their number."""
+    if getattr(args, "page", None):
+        return None
+    return len(json.loads((BUNDLED_DIR / "pages_test" / "pages.json").read_text())), "the held-out pages; give --page"
+
+
 DOC_SPEC = PipelineSpec(
     modality="docs", call_settings=DocCallSettings, bench_settings=DocBenchSettings,
     inputs=(InputFlag("--page", "page image or PDF to parse (repeatable; default: --num held-out pages)",
                       check=check_page_file),),
-    out_suffixes=(".md", ""))
+    out_suffixes=(".md", ""), num_ceiling=held_out_pages_ceiling)

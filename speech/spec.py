@@ -3,10 +3,23 @@ takes, the input flags and how each value is checked, what `--out` may name."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from mmspec.common.config import count_field, field_choices, temperature_field, top_k_field, top_p_field
-from mmspec.common.pipeline_spec import InputFlag, PipelineSpec, check_file
+from mmspec.common.pipeline_spec import InputFlag, PipelineSpec, check_file, count_lines
+
+_BUNDLED = os.path.join(os.path.dirname(__file__), "bundled")
+
+
+def held_out_ceiling(folder: str, what: str, flag: str):
+    """`--num` without `flag` takes the first --num of a committed held-out set: at most its size."""
+    def ceiling(args):
+        if getattr(args, flag.lstrip("-"), None):
+            return None
+        return count_lines(os.path.join(_BUNDLED, folder, "transcripts.jsonl")), f"the held-out {what}; give {flag}"
+    return ceiling
+
 
 # The bench's speech test sets (speech/bundled/asr_*; `--set test_set=`).
 TEST_SETS = ("in_domain", "out_of_domain", "foreign", "noise")
@@ -57,9 +70,9 @@ ASR_SPEC = PipelineSpec(
     modality="speech", call_settings=ASRCallSettings, bench_settings=ASRBenchSettings,
     inputs=(InputFlag("--audio", "audio file to transcribe (repeatable; any channels and sample rate; default: "
                       "--num held-out clips)", check=check_audio_file),),
-    out_suffixes=(".txt", ".json"))
+    out_suffixes=(".txt", ".json"), num_ceiling=held_out_ceiling("asr_test", "clips", "--audio"))
 
 TTS_SPEC = PipelineSpec(
     modality="speech", call_settings=TTSCallSettings,
     inputs=(InputFlag("--text", "text to speak (repeatable; default: --num held-out sentences)", check=check_text),),
-    out_suffixes=(".wav",))
+    out_suffixes=(".wav",), num_ceiling=held_out_ceiling("tts_test", "sentences", "--text"))

@@ -16,5 +16,11 @@ class TextCallSettings:
     top_p: float | None = top_p_field(None)
 
 
+# `mmspec generate` prints every completion; `mmspec batch` is for more.
+MAX_PRINTED = 256
+
 TEXT_SPEC = PipelineSpec(modality="text", call_settings=TextCallSettings,
-                         inputs=(InputFlag("--prompt", "text prompt (repeatable)"),), out_suffixes=(".json",))
+                         inputs=(InputFlag("--prompt", "text prompt (repeatable)"),), out_suffixes=(".json",),
+                         num_ceiling=lambda args: None if args.prompt else (
+                             MAX_PRINTED, "completions printed to the terminal; `mmspec batch` writes any number, "
+                             "one file each"))

@@ -8,6 +8,11 @@ from mmspec.common.config import field_range, temperature_field, top_k_field, to
 from mmspec.common.pipeline_spec import InputFlag, PipelineSpec
 
 
+# One grid picture of at most this many images (at 512 px each, about 70 M pixels: under PIL's 89 M
+# decompression-bomb limit, so the picture opens anywhere).
+GRID_MAX_IMAGES = 256
+
+
 def check_class_label(label) -> None:
     if label < 0:
         raise ValueError("a class label is an int >= 0")
@@ -28,4 +33,6 @@ IMAGE_SPEC = PipelineSpec(
                       "through the given classes (default: through all classes)", type=int, check=check_class_label),
             InputFlag("--prompt", "text-to-image model: prompt (repeatable): --num images cycle through the given "
                       "prompts (default: through built-in captions)")),
-    out_suffixes=(".png", ".jpg", ".jpeg", ".webp"))
+    out_suffixes=(".png", ".jpg", ".jpeg", ".webp"),
+    num_ceiling=lambda args: (GRID_MAX_IMAGES, "`mmspec generate` draws every image into one grid picture; "
+                              "`mmspec batch` writes any number, one file each"))

@@ -204,6 +204,13 @@ class _EaglePlugin(Plugin):
                                   num_draft_tokens=self.config.num_draft_tokens if chain else 0,
                                   eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id)
 
+    def advice_when_nothing_saved(self, call: dict) -> list[str]:
+        hints = super().advice_when_nothing_saved(call)
+        if self.tree is not None or self.dynamic is not None:
+            hints.insert(-1, "draft a chain instead of a tree (--set tree_branching= --set num_draft_tokens=2): "
+                             "a tree's nodes widen every verify pass, which pays only when some are accepted")
+        return hints
+
     def save_pretrained(self, directory):
         """The head this plugin drafts with, under `eagle_head/` (bundled or not: the folder stands alone)."""
         self.head_module().save_pretrained(directory / "eagle_head")

@@ -167,6 +167,7 @@ def test_generate_compare_runs_ar_on_the_same_inputs(capsys):
     assert ("quality (AR -> plugin, n = 2; small n: mostly noise; in brackets: the 95% interval of the "
             "difference): target_nll") in out and "(+0 [+0, +0])" in out
     assert "an interval that holds 0" in out
+    assert "saved no target forwards" not in out and "almost never accepted" not in out  # the draft model drafts
 
 
 def test_bench_measures_a_saved_pipeline_folder(tmp_path):
@@ -183,3 +184,27 @@ def test_bench_measures_a_saved_pipeline_folder(tmp_path):
         run_bench("speculative", model=str(tmp_path / "empty"))
     with pytest.raises(ValueError, match="no such folder"):
         run_bench("speculative", model=str(tmp_path / "nope"))
+
+
+def test_a_plugin_that_saves_nothing_says_so_and_what_to_change(tmp_path, capsys):
+    """An EAGLE head with scrambled weights (as good as a head trained for another model) under greedy decoding
+    on a tree: drafts are never accepted; `--compare` and the printed DecodeStats say so, with the knobs."""
+    import torch
+
+    from mmspec.plugins.lantern.drafter import EagleHead
+    from mmspec.plugins.lantern.plugin import BUNDLED_EAGLE_HEAD
+
+    head = EagleHead.from_pretrained(BUNDLED_EAGLE_HEAD)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for weight in head.parameters():
+            weight.copy_(torch.randn_like(weight) * 0.5)
+    head.save_pretrained(tmp_path / "scrambled")
+    assert cli.main(["generate", "eagle", "--num", "2", "--batch-size", "2", "--set", "temperature=0", "--set",
+                     "tree_branching=2,1", "--set", f"head_path={tmp_path / 'scrambled'}", "--compare",
+                     "--out", str(tmp_path / "grid.png")]) == 0
+    out = capsys.readouterr().out
+    assert "drafts almost never accepted: no target forwards saved" in out  # the plugin run's DecodeStats
+    assert "eagle saved no target forwards here: its drafts were almost never accepted" in out
+    hints = [line for line in out.splitlines() if line.startswith("    - ")]
+    assert "mmspec train-head eagle" in hints[0] and "temperature=1" in hints[1] and "chain" in hints[2]

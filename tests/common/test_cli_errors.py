@@ -24,6 +24,15 @@ EARLY_MISTAKES = [
     (["generate", "ar", "--num", "0"], "--num must be an int >= 1, got 0"),
     (["generate", "ar", "--batch-size", "0"], "--batch-size must be an int >= 1, got 0"),
     (["generate", "ar", "--out", "no_such_folder/x.png"], "the folder"),
+    (["generate", "ar", "--num", "100000000"], "--num must be at most 256 (`mmspec generate` draws every image into "
+                                               "one grid picture; `mmspec batch` writes any number, one file each)"),
+    (["generate", "ctc_draft", "--num", "500"], "--num must be at most 200 (the held-out clips; give --audio), "
+                                                "got 500"),
+    (["generate", "rvq_spec", "--num", "41"], "--num must be at most 40 (the held-out sentences; give --text)"),
+    (["generate", "ptp", "--num", "49"], "--num must be at most 48 (the held-out pages; give --page), got 49"),
+    (["generate", "ar", "--seed", "-1"], "--seed must be an int in [0, 2**32 - 1], got -1"),
+    (["bench", "ar", "--seed", "4294967296"], "--seed must be an int in [0, 2**32 - 1], got 4294967296"),
+    (["batch", "ar", "--inputs", "m.jsonl", "--out", "o", "--seed", "-1"], "--seed must be an int in [0, 2**32 - 1]"),
     (["generate", "ar", "--out", "grid.wav"], "--out 'grid.wav': a ARImagePipeline writes .png, .jpg, .jpeg, .webp; "
                                               "got .wav"),
     (["generate", "ar", "--model", "tts-tiny", "--out", "a.png"], "a TTSPipeline writes .wav; got .png"),
@@ -83,9 +92,12 @@ def test_bad_arguments_fail_before_any_model_loads(no_model, capsys, tmp_path, m
     assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
 
 
-def test_errors_that_need_the_pipeline_come_before_generation(capsys):
-    assert cli.main(["generate", "ctc_draft", "--num", "500"]) == 2
-    assert "--num must be at most 200 (the held-out clips) without --audio, got 500" in capsys.readouterr().err
+def test_a_pipeline_without_a_spec_still_refuses_num_beyond_its_held_out_set():
+    """`cli_held_out`, for pipelines registered without a spec (their --num is known only once loaded)."""
+    from mmspec.common.pipeline import Pipeline
+
+    with pytest.raises(ValueError, match="--num must be at most 2 \\(the held-out clips\\) without --audio, got 3"):
+        Pipeline.cli_held_out([1, 2], 3, "clips", "--audio")
 
 
 def test_cuda_that_is_not_there_is_one_line(no_model, capsys, monkeypatch):

@@ -2,8 +2,9 @@
 
 # Absolute, not relative: pytest imports this file by path (under the checkout folder's name) when it
 # collects tests, and a relative import would fail there.
-from mmspec.common.registry import (PluginSummary, declare_plugin_summaries, list_plugins, load_plugin,
-                                    register_builtin_modules, register_plugin)
+from mmspec.common.loading import load_plugin
+from mmspec.common.registry import (PluginSummary, declare_plugin_summaries, list_plugins, register_builtin_modules,
+                                    register_plugin)
 
 # The package's own modalities, imported when a registry is first used. Each registers its pipelines and bundled
 # models on import (lazily: no heavy import until one is used), so the core (`mmspec.common`) names none of them;

@@ -15,7 +15,7 @@ _EXPORTS = {
     "ARModel": "model", "CFGModel": "model", "DecodeState": "model", "HFCausalLM": "model", "ModelOutput": "model",
     "cfg_combine": "model",
     "Plugin": "plugin",
-    "field_choices": "registry", "field_range": "registry", "list_plugins": "registry", "load_plugin": "registry",
+    "field_choices": "registry", "field_range": "registry", "list_plugins": "registry", "load_plugin": "loading",
     "register_plugin": "registry",
     "DecodeStats": "stats",
     "TreeSpec": "tree",

@@ -41,7 +41,6 @@ its start whether this is on, and why not where it is off.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -49,6 +48,8 @@ from pathlib import Path
 
 from .manifest import (ID_PATTERN, RESERVED_FIELDS, Sample, check_lines, path_field,  # noqa: F401
                        read_manifest, text_field)
+from .batch_call import (call_line, file_digest, finished_record, generate_batch, record_path,  # noqa: F401
+                         summed_stats, write_atomic, write_json_atomic)
 from .pipeline import BatchProgress
 from .stats import DecodeStats
 
@@ -79,47 +80,11 @@ def check_inputs(pipeline, samples: list[Sample], manifest: Path) -> None:
     check_lines(errors)
 
 
-# --- files ---------------------------------------------------------------------------------------------
-
-def write_atomic(path: Path, write) -> None:
-    """Call write(temporary_path), then rename it to `path`: readers see the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-
-
 def remove_stale_temporaries(out: Path) -> None:
     """Delete the temporary files a killed run left half-written (`write_atomic`'s `.NAME.PID.tmp.EXT`); called
     as a run starts, before any of its processes writes."""
     for path in (out / "samples").glob(".*.tmp*"):
         path.unlink(missing_ok=True)
-
-
-def write_json_atomic(path: Path, value) -> None:
-    write_atomic(path, lambda p: p.write_text(json.dumps(value, indent=2) + "\n"))
-
-
-def file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def record_path(out: Path, sample: Sample) -> Path:
-    return out / "samples" / f"{sample.id}.json"
-
-
-def finished_record(out: Path, sample: Sample) -> dict | None:
-    """The sample's record when the sample is completely written (record and output with its digest)."""
-    try:
-        record = json.loads(record_path(out, sample).read_text())
-        output = out / record["output"]
-        return record if output.is_file() and file_digest(output) == record["sha256"] else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def check_out_folder(out: Path, config: dict) -> None:
@@ -133,67 +98,13 @@ def check_out_folder(out: Path, config: dict) -> None:
                                  f"now {config.get(key)!r}); use a new --out folder to keep both")
 
 
-# --- one batch ----------------------------------------------------------------------------------------
-
-def generate_batch(pipeline, samples: list[Sample], out: Path, call: dict, max_batch_size: int | None = None,
-                   log=None, call_id: str = "0") -> DecodeStats:
-    """One decode call over `samples`, each written the moment the pipeline hands it on (`batch_generate`; with
-    continuous batching, as its rows finish): its run-log line, then its output, then its record (which marks it
-    done), so a crash loses only the samples still decoding. Then the call's own run-log line, with its
-    statistics. max_batch_size: rows decoded at once by continuous batching (None: the whole batch at once).
-    log(line): writes one run-log line (a dict); call_id names this call in them."""
-    import torch
-
-    generators = [torch.Generator().manual_seed(s.seed) for s in samples]
-    if max_batch_size is not None and max_batch_size < len(samples):
-        call = {**call, "max_batch_size": max_batch_size}
-    begin = time.perf_counter()
-    written = [False] * len(samples)
-
-    def write_sample(position: int, output, statistics: dict) -> None:
-        if not 0 <= position < len(samples) or written[position]:
-            raise RuntimeError(f"{type(pipeline).__name__}.batch_generate handed on sample {position} twice or out "
-                               f"of range (the call has {len(samples)})")
-        sample = samples[position]
-        if log is not None:  # first: a crash while its files are written must not hide the compute they took
-            log({"sample": sample.id, "call": call_id, "seconds": round(time.perf_counter() - begin, 4)})
-        name = Path("samples") / f"{sample.id}{pipeline.batch_suffix}"
-        write_atomic(out / name, lambda p: pipeline.batch_write(output, p))
-        record = {"id": sample.id, "index": sample.index, "inputs": sample.fields, "seed": sample.seed,
-                  "output": name.as_posix(), "sha256": file_digest(out / name), "stats": statistics}
-        write_json_atomic(record_path(out, sample), record)
-        written[position] = True
-
-    stats = pipeline.batch_generate([s.input for s in samples], generators, call, write_sample)
-    missing = [s.id for s, done in zip(samples, written) if not done]
-    if missing:
-        raise RuntimeError(f"{type(pipeline).__name__}.batch_generate handed on {len(samples) - len(missing)} of "
-                           f"{len(samples)} samples (first missing: {missing[0]!r})")
-    if log is not None:
-        log(call_line(stats, samples, time.perf_counter() - begin, call_id))
-    return stats
-
-
-def summed_stats(stats: DecodeStats) -> dict:
-    """`stats.to_dict()` without the per-row lists (the records hold them per sample)."""
-    out = stats.to_dict()
-    for name in ("row_forwards", "row_committed"):
-        out.pop(name)
-    return out
-
-
-def call_line(stats: DecodeStats, samples: list[Sample], seconds: float, call_id: str) -> dict:
-    """A decode call's run-log line: its samples, time and statistics (its samples have a line each too)."""
-    return {"ids": [s.id for s in samples], "call": call_id, "seconds": round(seconds, 4),
-            "stats": summed_stats(stats)}
-
-
 def build_pipeline(plugin: str, model: str | None, config: dict, device: str):
     """The bundled pipeline `model` decoding with `plugin` (its `config`): what each process or actor runs."""
+    from .loading import default_pipeline
     from .registry import get_plugin_class
 
     plugin_cls = get_plugin_class(plugin)
-    return plugin_cls(**config).attach(plugin_cls.default_pipeline(model=model, device=device))
+    return plugin_cls(**config).attach(default_pipeline(plugin_cls, model=model, device=device))
 
 
 # --- the whole job ------------------------------------------------------------------------------------
@@ -317,7 +228,8 @@ def run_batch(pipeline, *, plugin: str, model: str | None, inputs: str | os.Path
         device = options.pop("device", "cpu")
         run_ray(todo, out, call, batch_size, out / "runs" / f"{run_name}.ray.jsonl",
                 make_pipeline=partial(build_pipeline, plugin, model, config, device), base_dir=manifest.parent,
-                device=device, refill=blocker is None, **options)
+                device=device, refill=blocker is None,
+                per_call=batch_size * (REFILL_WINDOW if blocker is None else 1), **options)
     else:
         with process_state.split_between_processes(todo) as mine:
             log = out / "runs" / f"{run_name}.rank{process_state.process_index}.jsonl"

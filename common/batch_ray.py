@@ -3,7 +3,7 @@
     samples --from_items--> map_batches(BatchWorker, an actor pool) --> the run-log lines of each call
 
 Each actor builds its own pipeline once (from the plugin, model and settings, not a pickled copy of the
-driver's) and writes outputs and records exactly as `mmspec.common.batch.generate_batch` does, so the files,
+driver's) and writes outputs and records exactly as the local engine does (`mmspec.common.batch_call`), so the files,
 the done-markers and resume are the same as with the local engine. On CPU every actor asks for a fraction of
 a CPU: with Ray's default of one CPU per actor, a 2-core machine deadlocks (Ray Data's own tasks need one
 too). On GPU each actor asks for one GPU. An actor writes each sample's files as it finishes; its run-log lines
@@ -20,7 +20,8 @@ import json
 import os
 from pathlib import Path
 
-from .batch import REFILL_WINDOW, Sample, generate_batch
+from .batch_call import generate_batch
+from .manifest import Sample
 
 
 class BatchWorker:
@@ -47,10 +48,11 @@ class BatchWorker:
 
 
 def run_ray(todo: list[Sample], out: Path, call: dict, batch_size: int, log_path: Path, *,
-            make_pipeline, base_dir: Path, num_workers: int = 2, device: str = "cpu",
+            make_pipeline, base_dir: Path, per_call: int, num_workers: int = 2, device: str = "cpu",
             cpus_per_worker: float = 0.5, refill: bool = False) -> int:
-    """Generate `todo` (inputs already checked by the driver's pipeline) on a Ray actor pool; returns the
-    samples written. The actors build their pipelines with `make_pipeline` (picklable, no arguments)."""
+    """Generate `todo` (inputs already checked by the driver's pipeline) on a Ray actor pool, `per_call`
+    samples per decode call (`batch_size` rows at once with refill); returns the samples written. The actors
+    build their pipelines with `make_pipeline` (picklable, no arguments)."""
     try:
         import ray
         import ray.data
@@ -68,7 +70,6 @@ def run_ray(todo: list[Sample], out: Path, call: dict, batch_size: int, log_path
     items = [{"sample": json.dumps({"index": s.index, "line": s.line, "id": s.id, "seed": s.seed,
                                     "fields": s.fields})} for s in todo]
     resources = {"num_gpus": 1} if device == "cuda" else {"num_cpus": cpus_per_worker}
-    per_call = batch_size * (REFILL_WINDOW if refill else 1)
     dataset = ray.data.from_items(items).map_batches(
         BatchWorker, fn_constructor_kwargs={"make_pipeline": make_pipeline, "out": str(out), "call": call,
                                             "base_dir": str(base_dir),

@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 
+from .bench_run import bench_environment, split_settings
+from .loading import default_pipeline
 from .registry import get_plugin_class
 
 REFILL_ROWS = ({"plugin": "sjd"}, {"plugin": "lantern"}, {"plugin": "speculative"},  # what `--all` measures
@@ -29,13 +31,12 @@ REFILL_ROWS = ({"plugin": "sjd"}, {"plugin": "lantern"}, {"plugin": "speculative
 def run_refill_bench(plugin: str, model: str | None = None, num_samples: int | None = None, batch_size: int = 8,
                      seed: int = 0, device: str = "cpu", settings: dict | None = None, rounds: int = 2,
                      progress=print) -> dict:
-    from .bench import bench_environment, split_settings
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 2:
         raise ValueError(f"--batch-size must be an int >= 2 for --refill (one row has no tail to fill), "
                          f"got {batch_size!r}")
     plugin_cls = get_plugin_class(plugin)
-    pipeline = plugin_cls.default_pipeline(model=model, device=device)
+    pipeline = default_pipeline(plugin_cls, model=model, device=device)
     call, config = split_settings(pipeline, plugin_cls, settings or {}, bench=True)
     pipe = plugin_cls(**config).attach(pipeline)
     blocker = pipe.continuous_batching_blocker()

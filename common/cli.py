@@ -11,7 +11,8 @@ from pathlib import Path
 from .config import make_config, parse_settings
 from .config import split_settings as split_call_and_config
 from .manifest import read_manifest
-from .registry import get_plugin_class, pipeline_class_name, pipeline_spec, plugin_summaries, resolve_model
+from .loading import default_pipeline, resolve_model
+from .registry import get_plugin_class, pipeline_class_name, pipeline_spec, plugin_summaries
 
 # Nothing at module level imports torch, transformers or diffusers: `mmspec list`, `--help`, `--version` and
 # mistakes in the arguments answer at once; each command imports what it runs.
@@ -207,7 +208,7 @@ def cmd_generate(args) -> int:
     quiet_weight_loading()
     plugin_cls = get_plugin_class(args.plugin)
     plugin = plugin_cls(**plan.config)  # the plugin's own checks (trees, saved folders) before the model loads
-    pipeline = plugin_cls.default_pipeline(model=plan.model, device=args.device)
+    pipeline = default_pipeline(plugin_cls, model=plan.model, device=args.device)
     if spec is None:  # a pipeline registered without a spec: its flags are known once it is loaded
         parser = pipeline_flags_parser(args.plugin, type(pipeline).__name__, pipeline.add_cli_arguments)
         if args.help:
@@ -298,7 +299,7 @@ def cmd_batch(args) -> int:
 
         state = PartialState(cpu=device == "cpu")  # cpu=True: a launch on CPU becomes gloo processes
         device = str(state.device) if device == "cuda" else "cpu"
-    pipeline = plugin_cls.default_pipeline(model=args.model, device=device)
+    pipeline = default_pipeline(plugin_cls, model=args.model, device=device)
     call, config = split_settings(pipeline, plugin_cls, parse_settings(args.set))
     pipeline = plugin_cls(**config).attach(pipeline)
     options = {"num_workers": args.ray_workers, "device": device}
@@ -352,7 +353,7 @@ def cmd_train_head(args) -> int:
                          f"{', '.join(trainable)}")
     module, _, function = plugin_cls.head_trainer.partition(":")
     trainer = getattr(importlib.import_module(module), function)
-    pipeline = plugin_cls.default_pipeline(model=args.model, device=args.device)
+    pipeline = default_pipeline(plugin_cls, model=args.model, device=args.device)
     from .plugin import Plugin
 
     Plugin.check_pipeline(plugin_cls(), pipeline)  # the structure only: a plugin's own check may need the weights

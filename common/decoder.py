@@ -182,6 +182,14 @@ decoder that retires rows one by one adds "finished" (`FinishedRows`, or None on
         ...
 
 
+def autoregressive_decoder(request) -> "SpeculativeDecoder":
+    """Plain AR for a `DecodeRequest`: the draft/verify loop with no drafter (one token per target forward).
+    What a pipeline runs with no plugin attached, and what the `ar` plugin builds."""
+    rule = GreedyMatch() if request.logits.greedy else SpeculativeSampling()
+    return SpeculativeDecoder(request.target, None, rule, request.logits, num_draft_tokens=0,
+                              eos_token_id=request.eos_token_id, pad_token_id=request.pad_token_id)
+
+
 class SpeculativeDecoder:
     def __init__(self, target: ARModel, drafter: Drafter | None = None, accept_rule: AcceptRule | None = None,
                  logits: LogitsPipeline | None = None, num_draft_tokens: int = 0,

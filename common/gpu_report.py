@@ -4,6 +4,8 @@ synchronisations as CUDA counts them, compiled vs eager."""
 
 from __future__ import annotations
 
+from .bench_format import format_compile_table
+
 
 def _plugin_line(r: dict) -> str:
     head = f"| {r['plugin']} | {r['batch_size']} | {r['num_samples']} |"
@@ -43,7 +45,6 @@ def format_gpu_section(report: dict) -> str:
         lines += ["", "Host synchronisations per decode step, as CUDA counts them: " + "; ".join(
             f"eagle {name} {s['per_step']:.2f} ({s['syncs']} in {s['steps']} steps)" for name, s in syncs.items())
             + "."]
-    from .bench import format_compile_table
 
     lines += ["", "Compiled vs eager step forwards (`mmspec bench PLUGIN --compile`; greedy, batch 1):", ""]
     done = [r for r in report["compile"] if "seconds" in r]

@@ -9,8 +9,9 @@ tokens into outputs, and runs the attached plugin's decoder through one hook:
 It offers a token structure (`token_structure`) that plugins check at `load_plugin` time, and it supplies
 what the modality-free bench and CLI need: inputs, generation, quality metrics, extra summary fields,
 table sections and command-line inputs. `with_plugin` returns a new pipeline sharing the components, so
-`load_plugin(name, pipeline=p)` never changes `p`; `save_plugin` / `load_saved_plugin` write and read the
-attached plugin next to the components (pipelines call them from `save_pretrained` / `from_pretrained`).
+`load_plugin(name, pipeline=p)` never changes `p`; `save_plugin` / `mmspec.common.loading.load_saved_plugin`
+write and read the attached plugin next to the components (pipelines call them from `save_pretrained` /
+`from_pretrained`).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import time
 from pathlib import Path
 
 from .config import PIPELINE_FILE, PLUGIN_FILE  # noqa: F401  (re-exported)
-from .decoder import Decoder, GenerationOutput, check_max_batch_size
+from .decoder import Decoder, GenerationOutput, autoregressive_decoder, check_max_batch_size
 from .errors import join_named
-from .plugin import DecodeRequest
+from .request import DecodeRequest
 from .stats import DecodeStats
 from .structure import TokenStructure
 
@@ -263,18 +264,13 @@ class Pipeline:
         raise NotImplementedError(f"{type(self).__name__} must define token_structure")
 
     # --- the decode hook ------------------------------------------------------------------------
-    def active_plugin(self):
-        """The attached plugin, or plain AR."""
-        if self.plugin is None:
-            from .registry import get_plugin_class
-
-            return get_plugin_class("ar")()
-        return self.plugin
-
     def build_decoder(self, request: DecodeRequest) -> Decoder:
-        decoder = self.active_plugin().build_decoder(self, request)
+        """The attached plugin's decoder for `request`; plain AR when none is attached."""
+        if self.plugin is None:
+            return autoregressive_decoder(request)
+        decoder = self.plugin.build_decoder(self, request)
         if not isinstance(decoder, Decoder):
-            raise TypeError(f"plugin {self.active_plugin().name!r} built a {type(decoder).__name__}, which does "
+            raise TypeError(f"plugin {self.plugin.name!r} built a {type(decoder).__name__}, which does "
                             "not implement the Decoder protocol (generate(...) -> GenerationOutput)")
         return decoder
 
@@ -369,20 +365,6 @@ class Pipeline:
     def from_saved(cls, directory: str | os.PathLike, device: str = "cpu") -> "Pipeline":
         """The pipeline `save_pretrained` wrote into `directory`, on `device` (its saved plugin attached)."""
         return cls.from_pretrained(directory, device=device)
-
-    @staticmethod
-    def load_saved_plugin(directory: str | os.PathLike):
-        """The plugin saved by `save_plugin` in `directory` (None when there is none: plain AR)."""
-        path = Path(directory) / PLUGIN_FILE
-        if not path.exists():
-            return None
-        from .registry import get_plugin_class
-
-        saved = json.loads(path.read_text())
-        config = dict(saved["config"])
-        for key in saved.get("paths", ()):
-            config[key] = str(Path(directory) / config[key])
-        return get_plugin_class(saved["name"])(**config)
 
     # --- bench protocol (mmspec.common.bench) ----------------------------------------------------
     def bench_inputs(self, num_samples: int, seed: int, **settings) -> list:

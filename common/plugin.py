@@ -9,28 +9,14 @@ by `load_plugin` before any heavy work; nothing is probed.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
-from .decoder import Decoder
-from .logits import LogitsPipeline
-from .model import ARModel
 from .config import NoConfig, make_config
+from .decoder import Decoder
+from .pipeline import Pipeline
+from .request import DecodeRequest  # noqa: F401  (re-exported: plugins import it from here)
 from .structure import TokenStructure, structure_names
-
-
-@dataclass
-class DecodeRequest:
-    """What a pipeline hands a plugin for one generation."""
-
-    target: ARModel  # the model that verifies (CFG already folded in when guidance is on)
-    logits: LogitsPipeline  # temperature / top-k / top-p, applied alike to drafts and target
-    structure: TokenStructure  # the shape of this call's tokens (e.g. this image's code grid)
-    eos_token_id: int | None = None
-    pad_token_id: int = -1
-    draft_model: ARModel | None = None  # a separate draft model over the target's vocabulary, if any
-    conditioning: object = None  # the modality's encoder output for this batch (opaque to the core)
-    extra: dict = field(default_factory=dict)  # anything else a modality passes its own plugins
 
 
 class Plugin:
@@ -69,17 +55,8 @@ class Plugin:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in asdict(self.config).items())})"
 
-    @classmethod
-    def default_pipeline(cls, model: str | None = None, device: str = "cpu"):
-        """The bundled pipeline this plugin is benchmarked on (`model` names one, None: the default)."""
-        from .registry import load_bundled_pipeline
-
-        return load_bundled_pipeline(model if model is not None else cls.default_model, cls.modality, device)
-
     def check_pipeline(self, pipeline) -> None:
         """Raise a clear error if `pipeline` does not offer what this plugin declares it needs."""
-        from .pipeline import Pipeline
-
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"plugin {self.name!r} needs an mmspec Pipeline, got {type(pipeline).__name__}")
         offered = pipeline.token_structure

@@ -15,6 +15,8 @@ forward ratio at which the plugin would break even.
 
 from __future__ import annotations
 
+from .bench_format import config_text
+
 PHASES = ("draft", "verify", "accept", "other")
 PROFILE_INTRO = (
     "Per decode step (one target forward), from the same runs as the rows above (`mmspec bench --profile` "
@@ -114,7 +116,6 @@ def format_profile_table(results: list[dict]) -> str:
     rows = ["| plugin | config | batch | ms/step AR → plugin | plugin draft / verify / accept / other ms | "
             "verify width (× one token) | drafter forward (× target) | forwards saved × step cost = loop | "
             "bound |", "|" + "---|" * 9]
-    from .bench import config_text
 
     for r in results:
         prof = step_profile(r)

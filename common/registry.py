@@ -71,6 +71,7 @@ _REGISTRY: dict[str, type] = {}
 _SUMMARIES: dict[str, PluginSummary] = {}  # declared by the package for its own plugins
 _PIPELINES: dict[str, type] = {}
 _PIPELINE_SPECS: dict[str, object] = {}  # pipeline name -> PipelineSpec, or "module:NAME" imported when first used
+_FOLDER_MARKERS: dict[str, str] = {}  # file name -> pipeline name, for saved folders without PIPELINE_FILE
 _BUNDLED: dict[str, BundledModel] = {}
 _BUILTIN_MODULES: list[str] = []
 _ENTRY_POINT_ERRORS: dict[str, str] = {}
@@ -102,11 +103,18 @@ def register_plugin(name: str):
     return wrap
 
 
-def register_pipeline(name: str, cls, spec=None) -> None:
+def register_pipeline(name: str, cls, spec=None, folder_marker: str | None = None) -> None:
     """Register a Pipeline subclass under `name`; `cls` may be "module:Class", imported when first used
     (a modality's package registers on import without pulling in its heavy dependencies). `spec`: its
-    `PipelineSpec` (or "module:NAME" in a module with no torch), what the CLI checks before the pipeline loads."""
+    `PipelineSpec` (or "module:NAME" in a module with no torch), what the CLI checks before the pipeline loads.
+    folder_marker: a file whose presence makes a saved folder without `PIPELINE_FILE` this pipeline's (e.g. a
+    diffusers folder's model_index.json)."""
     _check_name("pipeline", name)
+    if folder_marker is not None:
+        claimed = _FOLDER_MARKERS.get(folder_marker, name)
+        if claimed != name:
+            raise ValueError(f"pipeline {name!r}: folder marker {folder_marker!r} is already pipeline {claimed!r}'s")
+        _FOLDER_MARKERS[folder_marker] = name
     if spec is not None and not (isinstance(spec, str) and ":" in spec) and not hasattr(spec, "call_settings"):
         raise TypeError(f"pipeline {name!r}: spec must be a PipelineSpec or 'module:NAME', got {spec!r}")
     if isinstance(cls, str):
@@ -287,22 +295,6 @@ def get_pipeline_class(name: str) -> type:
     return cls
 
 
-def load_plugin(name: str, pipeline=None, *, model: str | None = None, **config):
-    """Return a ready pipeline decoding with plugin `name`.
-
-    pipeline: your own pipeline (or None for a bundled one). A new pipeline sharing its components is
-    returned; the one given keeps decoding as before.
-    model: the bundled model to load when no pipeline is given (None: the plugin's default), e.g. "tts-tiny".
-    config: plugin settings; unknown names and out-of-range values raise.
-    """
-    if pipeline is not None and model is not None:
-        raise ValueError("give load_plugin either pipeline= or model=, not both")
-    plugin = get_plugin_class(name)(**config)
-    if pipeline is None:
-        pipeline = plugin.default_pipeline(model)
-    return plugin.attach(pipeline)
-
-
 def bundled_models(modality: str | None = None) -> list[str]:
     """Bundled model names, the modality's default first (modality "any" or None: all of them)."""
     _discover()
@@ -335,65 +327,10 @@ def pipeline_class_name(name: str) -> str:
     return cls.rpartition(":")[2] if isinstance(cls, str) else cls.__name__
 
 
-def saved_pipeline_name(directory) -> str:
-    """The registered pipeline a `save_pretrained` folder holds (read from its files, nothing loaded)."""
-    import json
-    from pathlib import Path
-
-    folder = Path(directory)
-    if not folder.is_dir():
-        raise ValueError(f"model {str(directory)!r}: no such folder (a bundled model name, or a folder a pipeline's "
-                         f"save_pretrained wrote; bundled: {', '.join(bundled_models())})")
-    marker = folder / PIPELINE_FILE
-    if marker.exists():
-        return json.loads(marker.read_text())["pipeline"]
-    if (folder / "model_index.json").exists():
-        return "image"
-    raise ValueError(f"model {str(directory)!r}: not a saved mmspec pipeline (no {PIPELINE_FILE}); write one "
-                     "with pipe.save_pretrained(folder)")
-
-
-def resolve_model(name: str | None, modality: str = ANY_MODALITY) -> tuple[str, str | None, bool]:
-    """(model, pipeline name or None when not declared, is a saved folder) for `load_bundled_pipeline`'s
-    arguments, checked without loading anything: an unknown name, or a bundled model of another modality than
-    the plugin's, is one line here."""
-    available = bundled_models(modality)
-    if name is not None and name not in _BUNDLED and _is_path(name):
-        return name, saved_pipeline_name(name), True
-    if not available:
-        raise NotImplementedError(f"no bundled {modality} model is available yet")
-    if name is None:
-        name = available[0]
-    if name not in available:
-        what = "" if modality == ANY_MODALITY else f" for a {modality} plugin"
-        raise ValueError(f"model must be one of {available}{what} or a saved pipeline's folder, got {name!r}")
-    return name, _BUNDLED[name].pipeline, False
-
-
-def load_saved_pipeline(directory, device: str = "cpu"):
-    """The pipeline a `save_pretrained` call wrote into `directory` (any registered pipeline: the folder names
-    it in `mmspec_pipeline.json`; a diffusers folder without it is an image pipeline)."""
-    pipeline = get_pipeline_class(saved_pipeline_name(directory)).from_saved(directory, device=device)
-    pipeline.model_name = str(directory)
-    return pipeline
-
-
-def _is_path(name: str) -> bool:
-    import os
-
-    return os.sep in name or (os.altsep is not None and os.altsep in name) or os.path.exists(name)
-
-
-def load_bundled_pipeline(name: str | None, modality: str = ANY_MODALITY, device: str = "cpu"):
-    """The bundled pipeline `name` (None: the modality's default; modality "any": the project default), or the
-    pipeline saved in folder `name` (`load_saved_pipeline`)."""
-    name, _, saved = resolve_model(name, modality)
-    if saved:
-        return load_saved_pipeline(name, device)
-    factory = _BUNDLED[name].factory
-    if isinstance(factory, str):
-        module, _, attr = factory.partition(":")
-        factory = getattr(importlib.import_module(module), attr)
-    pipeline = factory(device)
-    pipeline.model_name = name
-    return pipeline
+def pipeline_by_folder_marker(folder) -> str | None:
+    """The registered pipeline whose folder marker `folder` holds (None: none does)."""
+    _discover()
+    for marker, name in _FOLDER_MARKERS.items():
+        if (folder / marker).exists():
+            return name
+    return None

@@ -25,6 +25,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from .bench_run import interleaved_runs, split_settings
+from .loading import default_pipeline
 from .tree import TreeSpec, format_paths
 
 CALIBRATION_DEPTH = 6
@@ -165,7 +167,6 @@ def plan_tree(plugin: str, model: str | None = None, num_samples: int = 16, timi
     inputs, time every candidate on `timing_samples` inputs at `batch_size`."""
     from dataclasses import fields
 
-    from .bench import interleaved_runs, split_settings
     from .registry import get_plugin_class
 
     for name, value, low in (("num_samples", num_samples, 1), ("timing_samples", timing_samples, 1),
@@ -182,7 +183,7 @@ def plan_tree(plugin: str, model: str | None = None, num_samples: int = 16, timi
         if settings.get(key):
             raise ValueError(f"--set {key} is what plan-tree chooses; leave it out")
     calib = calibration_tree(calibration_depth, calibration_width)
-    pipeline = plugin_cls.default_pipeline(model=model, device=device)
+    pipeline = default_pipeline(plugin_cls, model=model, device=device)
     call, config = split_settings(pipeline, plugin_cls, settings, bench=True)
     inputs = pipeline.bench_inputs(max(num_samples, timing_samples), seed,
                                    **{k: call[k] for k in pipeline.bench_input_settings})

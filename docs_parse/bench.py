@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmspec.common.bench import config_text, exact_text
+from mmspec.common.bench_format import config_text, exact_text
 
 
 def _quality(q: dict) -> str:

@@ -48,6 +48,7 @@ from PIL import Image
 
 from ..common.decoder import ArrivingRows
 from ..common.logits import LogitsPipeline, check_generators
+from ..common.loading import load_saved_plugin
 from ..common.pipeline import BatchProgress, Pipeline, hand_on_all, load_each, refill_blocker
 from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
@@ -344,7 +345,7 @@ class DocParsePipeline(Pipeline):
 
             model = GotOcr2ForConditionalGeneration.from_pretrained(directory, dtype=dtype).to(device)
             pipe = cls.from_got_ocr2(model, AutoProcessor.from_pretrained(str(directory)))
-            pipe.plugin = cls.load_saved_plugin(directory)
+            pipe.plugin = load_saved_plugin(directory)
             return pipe
         for part in ("config.json", "tokenizer.json", PROCESSOR_FILE):
             if not (directory / part).exists():
@@ -354,7 +355,7 @@ class DocParsePipeline(Pipeline):
         settings = json.loads((directory / PROCESSOR_FILE).read_text())
         processor = PageImageProcessor(settings["size"], settings["mean"], settings["std"])
         return cls(model, AutoTokenizer.from_pretrained(str(directory)), processor,
-                   plugin=cls.load_saved_plugin(directory))
+                   plugin=load_saved_plugin(directory))
 
     @classmethod
     def from_got_ocr2(cls, model, processor, format: bool = True, plugin=None) -> "DocParsePipeline":

@@ -215,10 +215,11 @@ def count_cuda_syncs(device: str, small: bool) -> dict:
     if device != "cuda":
         return {"skipped": "CUDA counts its own synchronisations only on a GPU (the CPU test counts host reads)"}
     from mmspec import load_plugin
+    from mmspec.common.loading import default_pipeline
     from mmspec.common.registry import get_plugin_class
 
     out = {}
-    base = get_plugin_class("eagle").default_pipeline(device="cuda")
+    base = default_pipeline(get_plugin_class("eagle"), device="cuda")
     for tree in ("", "4,2,1,1"):
         pipe = load_plugin("eagle", pipeline=base, tree_branching=tree)
         pipe.set_progress_bar_config(disable=True)

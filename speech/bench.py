@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmspec.common.bench import config_text, exact_text
+from mmspec.common.bench_format import config_text, exact_text
 
 
 def _error_text(base: dict, acc: dict, metric: str) -> str:
@@ -67,7 +67,7 @@ def tts_table(results: list[dict]) -> str:
 def rvq_table(results: list[dict]) -> str:
     """`rvq_spec` rows: codes per depth call, calls per frame, the RVQ-generation and end-to-end speed-ups,
     RTF, judge WER and the AR-vs-plugin code-histogram distance beside its permutation noise."""
-    from mmspec.common.bench import sampling_text
+    from mmspec.common.bench_format import sampling_text
 
     rows = [r for r in results if r.get("pipeline") == "tts" and r["plugin"] != "ar"]
     if not rows:

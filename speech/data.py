@@ -15,7 +15,6 @@ import ctypes
 import json
 import os
 import random
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +22,7 @@ import soundfile
 import torch
 import torchaudio
 
-from .text import fortune_sentences
+from .text import closed_vocabulary_sentences, fortune_sentences, split_sentences  # noqa: F401
 
 SAMPLE_RATE = 16_000
 
@@ -77,28 +76,6 @@ TRAINING_VOICES = VoiceMix(BASE_VOICES, VOICE_VARIANTS)
 # training utterance uses.
 OUT_OF_DOMAIN_VOICES = VoiceMix(("en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-gbcwmd"),
                                 ("", "f4", "m6", "m7", "m8", "adam", "david", "linda"))
-
-
-def closed_vocabulary_sentences(num_words: int = 3000) -> list[str]:
-    """Fortune sentences whose every word is among the corpus's ``num_words`` most frequent words.
-
-    The bundled model is a closed-vocabulary recogniser: with a few thousand sentences and CPU-hours of
-    training, spelling arbitrary words back from espeak's pronunciation is what keeps word error high (see
-    asr_feasibility.md), and the speculative comparison needs a model whose AR output is mostly right.
-    """
-    sentences = fortune_sentences()
-    counts = Counter(w for s in sentences for w in s.split())
-    vocabulary = {w for w, _ in counts.most_common(num_words)}
-    return [s for s in sentences if all(w in vocabulary for w in s.split())]
-
-
-def split_sentences(sentences: list[str], num_test: int, seed: int = 0) -> tuple[list[str], list[str]]:
-    """Deterministic train/test split by sentence (a sentence never appears in both)."""
-    order = list(range(len(sentences)))
-    random.Random(seed).shuffle(order)
-    test = sorted(sentences[i] for i in order[:num_test])
-    train = sorted(sentences[i] for i in order[num_test:])
-    return train, test
 
 
 def synthesize(text: str, rendition: Rendition, rng: np.random.Generator) -> np.ndarray:

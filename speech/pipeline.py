@@ -28,6 +28,7 @@ import torchaudio
 
 from ..common.logits import LogitsPipeline
 from ..common.decoder import check_max_batch_size
+from ..common.loading import load_saved_plugin
 from ..common.pipeline import BatchProgress, Pipeline, SampleStream, load_each
 from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
@@ -205,7 +206,7 @@ class ASRPipeline(Pipeline):
         """A pipeline over the bundled model format (`ASRModel` + `CharTokenizer` in one folder), with the
         plugin saved beside it, if any."""
         return cls(BundledRecognizer.from_pretrained(directory, device=device, dtype=dtype),
-                   plugin=cls.load_saved_plugin(directory))
+                   plugin=load_saved_plugin(directory))
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         if not isinstance(self.recognizer, BundledRecognizer):

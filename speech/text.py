@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+from collections import Counter
 
 import jiwer
 
@@ -131,3 +133,25 @@ def fortune_sentences(directory: str | None = None, min_words: int = 3, max_word
                     seen.add(clean)
                     sentences.append(" ".join(words))
     return sentences
+
+
+def closed_vocabulary_sentences(num_words: int = 3000) -> list[str]:
+    """Fortune sentences whose every word is among the corpus's ``num_words`` most frequent words.
+
+    The bundled model is a closed-vocabulary recogniser: with a few thousand sentences and CPU-hours of
+    training, spelling arbitrary words back from espeak's pronunciation is what keeps word error high (see
+    asr_feasibility.md), and the speculative comparison needs a model whose AR output is mostly right.
+    """
+    sentences = fortune_sentences()
+    counts = Counter(w for s in sentences for w in s.split())
+    vocabulary = {w for w, _ in counts.most_common(num_words)}
+    return [s for s in sentences if all(w in vocabulary for w in s.split())]
+
+
+def split_sentences(sentences: list[str], num_test: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Deterministic train/test split by sentence (a sentence never appears in both)."""
+    order = list(range(len(sentences)))
+    random.Random(seed).shuffle(order)
+    test = sorted(sentences[i] for i in order[:num_test])
+    train = sorted(sentences[i] for i in order[num_test:])
+    return train, test

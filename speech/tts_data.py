@@ -23,7 +23,7 @@ import soundfile
 import torch
 import torchaudio
 
-from .text import fortune_sentences
+from .text import closed_vocabulary_sentences, fortune_sentences, split_sentences
 
 SAMPLE_RATE = 16_000
 BUNDLED_TTS_TEST = os.path.join(os.path.dirname(__file__), "bundled", "tts_test")
@@ -34,8 +34,6 @@ LENGTH_SCALES = (0.92, 1.08)  # Piper's duration multiplier, drawn per utterance
 def tts_sentences(num_test: int = 200, max_characters: int = MAX_CHARACTERS) -> tuple[list[str], list[str]]:
     """(train, test) sentences. Test = the ASR held-out split (closed vocabulary, so ``asr-tiny`` can judge
     it), train = every other fortunes sentence of at most ``max_characters`` characters."""
-    from .data import closed_vocabulary_sentences, split_sentences
-
     _, asr_test = split_sentences(closed_vocabulary_sentences(), 200)
     test = [s for s in asr_test if len(s) <= max_characters][:num_test]
     held_out = set(asr_test)

@@ -34,6 +34,7 @@ import torch
 from ..common.kernels.sampling import sample_inverse_cdf
 from ..common.logits import LogitsPipeline, check_generators, draw_uniform
 from ..common.model import map_dynamic_cache
+from ..common.loading import load_saved_plugin
 from ..common.pipeline import BatchProgress, Pipeline, hand_on_all
 from ..common.plugin import DecodeRequest
 from ..common.stats import DecodeStats
@@ -149,7 +150,7 @@ class TTSPipeline(Pipeline):
         model = CsmForConditionalGeneration.from_pretrained(directory / "model", dtype=dtype).to(device)
         codec = SpectralRVQCodec.from_pretrained(directory / "codec", torch_dtype=torch.float32).to(device).eval()
         return cls(model, CharTokenizer.from_pretrained(str(directory)), codec,
-                   plugin=cls.load_saved_plugin(directory))
+                   plugin=load_saved_plugin(directory))
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         from .codec import SpectralRVQCodec

@@ -6,7 +6,8 @@ import functools
 import torch
 from tiny_models import HF_CODES, HF_GRID, build_tiny_chameleon, build_tiny_emu3, build_tiny_janus, tiny_text_tokenizer
 
-from mmspec.common.registry import bundled_models, load_bundled_pipeline
+from mmspec.common.loading import load_bundled_pipeline
+from mmspec.common.registry import bundled_models
 
 
 def tiny_janus_pipeline():

@@ -20,6 +20,7 @@ import torch
 
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import HFCausalLM
+from mmspec.common.loading import load_saved_plugin
 from mmspec.common.pipeline import Pipeline, SampleStream
 from .spec import TEXT_SPEC
 from mmspec.common.plugin import DecodeRequest
@@ -183,7 +184,7 @@ class TextPipeline(Pipeline):
         meta = json.loads((directory / "pipeline.json").read_text()) if (directory / "pipeline.json").exists() \
             else {}
         return cls(load("target"), draft, tokenizer, eos_token_id=meta.get("eos_token_id"),
-                   plugin=cls.load_saved_plugin(directory), model_name=meta.get("model_name"))
+                   plugin=load_saved_plugin(directory), model_name=meta.get("model_name"))
 
     def set_progress_bar_config(self, **kwargs) -> None:
         """Accepted for the diffusers convention; text generation draws no progress bar."""

@@ -3,7 +3,9 @@ Face Janus / Emu3 / Chameleon), `ARImagePipeline`, image data and metrics, bundl
 
 from mmspec.common.registry import register_bundled_model, register_pipeline
 
-register_pipeline("image", "mmspec.vision.pipeline:ARImagePipeline", spec="mmspec.vision.spec:IMAGE_SPEC")
+# A diffusers folder (model_index.json) without mmspec's own marker is an image pipeline's.
+register_pipeline("image", "mmspec.vision.pipeline:ARImagePipeline", spec="mmspec.vision.spec:IMAGE_SPEC",
+                  folder_marker="model_index.json")
 # The project's default model: `load_plugin("ar")` generates images.
 # The bench documents its own quality with and without guidance.
 register_bundled_model("llamagen-tiny", "mmspec.vision.pipeline:bundled_pipeline", modality="vision",

@@ -32,6 +32,7 @@ from einops import rearrange
 
 from mmspec.common.logits import LogitsPipeline, check_generators
 from mmspec.common.model import ARModel, CFGModel
+from mmspec.common.loading import load_saved_plugin
 from mmspec.common.pipeline import Pipeline, SampleStream, TokenProgress
 from mmspec.common.plugin import DecodeRequest
 from mmspec.common.stats import DecodeStats
@@ -114,7 +115,7 @@ class ARImagePipeline(DiffusionPipeline, Pipeline):
         super().register_to_config(**kwargs)
         folder = kwargs.get("_name_or_path")
         if folder is not None and os.path.isdir(folder):
-            self.plugin = self.load_saved_plugin(folder)
+            self.plugin = load_saved_plugin(folder)
 
     @classmethod
     def from_saved(cls, directory, device: str = "cpu") -> "ARImagePipeline":

@@ -10,59 +10,14 @@ The torch maths every rule shares (residual, extra token, token layout) is in
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
-import torch
-
-# find_spec instead of `import triton`: importing triton here would freeze the
-# interpret/compile decision before callers had a chance to set TRITON_INTERPRET.
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-
-_ENV_VAR = "MMSPEC_KERNELS"
-_ALLOWED = ("auto", "torch", "triton")
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def kernel_backend(device: torch.device | str) -> str:
-    """Return "torch" or "triton" for ops whose tensors live on `device`.
-
-    Controlled by the MMSPEC_KERNELS env var (read on every call so tests and
-    benchmarks can flip it): "auto" (default), "torch" or "triton".
-    """
-    choice = os.environ.get(_ENV_VAR, "auto").strip().lower()
-    if choice not in _ALLOWED:
-        raise ValueError(
-            f"{_ENV_VAR}={os.environ.get(_ENV_VAR)!r} is not valid; expected one of {', '.join(_ALLOWED)}"
-        )
-    device = torch.device(device)
-    if choice == "torch":
-        return "torch"
-    if choice == "auto":
-        if HAS_TRITON and (device.type == "cuda" or _interpreting()):
-            return "triton"
-        return "torch"
-    # Explicit "triton": fail loudly rather than silently running the reference.
-    if not HAS_TRITON:
-        raise RuntimeError(f"{_ENV_VAR}=triton but the `triton` package is not installed")
-    if device.type != "cuda" and not _interpreting():
-        raise RuntimeError(
-            f"{_ENV_VAR}=triton on a {device.type} device needs the Triton interpreter: "
-            "set TRITON_INTERPRET=1 before triton is imported (i.e. before importing mmspec kernels)"
-        )
-    return "triton"
-
-
-from .sampling import (  # noqa: E402  (needs kernel_backend defined first)
+from .backend import HAS_TRITON, kernel_backend
+from .sampling import (
     assemble_tokens,
     residual_distribution,
     sample_extra_token,
     sample_inverse_cdf,
 )
-from .accept import (  # noqa: E402
+from .accept import (
     greedy_accept,
     greedy_accept_reference,
     speculative_accept,

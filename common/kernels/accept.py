@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import HAS_TRITON, kernel_backend
+from .backend import HAS_TRITON, kernel_backend
 from .sampling import assemble_tokens, sample_extra_token
 from .triton_utils import require_launchable
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from . import HAS_TRITON
+from .backend import HAS_TRITON
 
 if HAS_TRITON:
     import triton

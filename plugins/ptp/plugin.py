@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from mmspec.common.accept import Draft, GreedyMatch, SpeculativeSampling
-from mmspec.common.bench import cut_after, run_peer
+from mmspec.common.bench_run import cut_after, run_peer
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.draft import Drafter, StepContext
 from mmspec.common.heads import load_head

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from mmspec.common.accept import GreedyMatch, SpeculativeSampling
-from mmspec.common.bench import cut_after, run_peer
+from mmspec.common.bench_run import cut_after, run_peer
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.draft import DraftModelDrafter
 from mmspec.common.dynamic_tree import dynamic_tree_settings

@@ -7,7 +7,7 @@ import pytest
 
 from mmspec import load_plugin
 from mmspec.common import cli
-from mmspec.common.plugin import Plugin
+from mmspec.common import loading
 
 
 @pytest.fixture
@@ -15,7 +15,7 @@ def no_model(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the arguments were checked")
 
-    monkeypatch.setattr(Plugin, "default_pipeline", classmethod(refuse))
+    monkeypatch.setattr(loading, "load_bundled_pipeline", refuse)
 
 
 # Each mistake the registry, the config metadata, a pipeline's spec or the file system can tell: one line,

@@ -10,7 +10,8 @@ import torch
 from pipelines import PIPELINES, call, inputs, pipeline, settings
 
 from mmspec.common.pipeline import Pipeline
-from mmspec.common.registry import get_plugin_class, list_plugins, load_plugin
+from mmspec.common.loading import load_plugin
+from mmspec.common.registry import get_plugin_class, list_plugins
 
 pytestmark = pytest.mark.usefixtures("torch_kernels")  # the Triton interpreter is for the kernel tests
 

@@ -5,7 +5,8 @@ every pipeline it does not accept is refused at load_plugin time with an error n
 import pytest
 from pipelines import PIPELINES, inputs, pipeline, settings
 
-from mmspec.common.registry import get_plugin_class, list_plugins, load_plugin
+from mmspec.common.loading import load_plugin
+from mmspec.common.registry import get_plugin_class, list_plugins
 
 NUM_INPUTS = 2
 

@@ -15,7 +15,8 @@ from toy_packages import install_package
 import mmspec.common.registry as registry
 from mmspec.common.pipeline import Pipeline
 from mmspec.common.plugin import NoConfig, Plugin
-from mmspec.common.registry import get_plugin_class, list_plugins, load_plugin, make_config, modalities, register_plugin
+from mmspec.common.loading import load_plugin
+from mmspec.common.registry import get_plugin_class, list_plugins, make_config, modalities, register_plugin
 from mmspec.common.structure import CodeGrid
 from mmspec.text.pipeline import EOS_ID, VOCAB_SIZE, TextPipeline
 

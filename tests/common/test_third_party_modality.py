@@ -14,7 +14,8 @@ from toy_packages import install_package
 import mmspec.common.registry as registry
 from mmspec.common.bench import run_bench, write_markdown
 from mmspec.common.cli import main
-from mmspec.common.registry import bundled_models, get_pipeline_class, list_pipelines, list_plugins, load_plugin
+from mmspec.common.loading import load_plugin
+from mmspec.common.registry import bundled_models, get_pipeline_class, list_pipelines, list_plugins
 
 MODULE = '''
 """mmspec-loops: a toy modality. Token sequences that loop with a period; the `loop_draft` plugin drafts

@@ -16,7 +16,8 @@ from mmspec.common.accept import Draft, GreedyMatch, SpeculativeSampling
 from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import HFCausalLM
-from mmspec.common.registry import get_plugin_class, load_plugin
+from mmspec.common.loading import load_plugin
+from mmspec.common.registry import get_plugin_class
 from mmspec.common.tree import TreeSpec, parse_branching
 from mmspec.plugins.lantern import (
     BoundHead, EagleDrafter, EagleHead, RelaxedAcceptance, codebook_neighbours, pooled_probability,

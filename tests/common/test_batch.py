@@ -14,6 +14,8 @@ import torch
 
 from mmspec.common import cli
 
+pytestmark = pytest.mark.e2e
+
 # One CPU thread in every run compared byte for byte: the kernels' float rounding depends on the thread
 # count, and with several threads on a loaded machine MKL may use fewer than asked.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -93,7 +95,8 @@ def test_asr_kill_9_mid_call_then_resume_redoes_only_unfinished_samples_and_equa
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    lines = [json.loads(x) for x in next(out.glob("runs/*.jsonl")).read_text().splitlines() if x.endswith("}")]
+    killed_log = next(out.glob("runs/*.jsonl"))
+    lines = [json.loads(x) for x in killed_log.read_text().splitlines() if x.endswith("}")]
     assert lines and all("sample" in line for line in lines), "killed after its call ended: not mid-call"
     records = sorted(out.glob("samples/*.json"))
     assert 3 <= len(records) < 10 and not (out / "manifest.jsonl").exists()
@@ -106,7 +109,7 @@ def test_asr_kill_9_mid_call_then_resume_redoes_only_unfinished_samples_and_equa
     assert outputs(out) == outputs(tmp_path / "straight")
     assert not list(out.glob("samples/.*"))  # no temporary file left behind
     summary = json.loads((out / "summary.json").read_text())
-    first, second = sorted(summary["runs"], key=lambda r: r["log"])
+    first, second = sorted(summary["runs"], key=lambda r: r["log"] != killed_log.name)  # the killed run first
     assert first["samples"] == len(lines) and first["unfinished_calls"] == 1
     assert second["samples"] == 10 - len(kept) // 2 and "unfinished_calls" not in second
     assert summary["samples"] == 10 and summary["per_sample"]["samples_with_own_statistics"] == 10

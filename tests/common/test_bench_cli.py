@@ -13,7 +13,7 @@ SMALL = {"max_new_tokens": 12}
 
 
 # The Triton path is covered by test_kernels; under the interpreter these decode loops would take minutes.
-pytestmark = pytest.mark.usefixtures("torch_kernels_module")
+pytestmark = [pytest.mark.usefixtures("torch_kernels_module"), pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from mmspec.common.decoder import SpeculativeDecoder
 from mmspec.common.draft import DraftModelDrafter
 from mmspec.common.logits import LogitsPipeline
 from mmspec.common.model import ARModel, HFCausalLM
-from mmspec.common.tree import TreeSpec, parse_branching
+from mmspec.common.tree import parse_branching
 
 GREEDY = LogitsPipeline(temperature=0)
 

@@ -36,6 +36,8 @@ from mmspec.common.registry import field_range, register_bundled_model
 from mmspec.common.stats import DecodeStats
 from mmspec.common.structure import TokenStructure
 
+pytestmark = pytest.mark.e2e
+
 VOCAB = 16
 
 

@@ -15,6 +15,8 @@ import pytest
 
 import mmspec
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(mmspec.__file__).resolve().parent
 OUTSIDE_PACKAGE = {"tests", "examples", "docs", "build", "dist", ".ci", ".git"}
 

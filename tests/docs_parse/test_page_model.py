@@ -181,6 +181,7 @@ def test_the_adapter_refuses_a_prompt_without_the_model_s_image_tokens(tokenizer
             target.prefill(torch.tensor([prompts.prompt("page")]))
 
 
+@pytest.mark.train
 def test_training_smoke_resumes_to_identical_weights(tmp_path):
     from run_example import run_example
     from safetensors.torch import load_file

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from run_example import run_example
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

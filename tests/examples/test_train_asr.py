@@ -4,12 +4,15 @@ folder loads as an ASRPipeline."""
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from mmspec.speech.data import load_test_set
 from mmspec.speech.pipeline import ASRPipeline
 
 from run_example import run_example
+
+pytestmark = pytest.mark.train
 
 TINY = "encoder_dim=32,encoder_layers=1,encoder_heads=2,encoder_ffn=64,decoder_dim=32,decoder_layers=1," \
        "decoder_heads=2,decoder_ffn=64"

@@ -18,6 +18,8 @@ from run_example import run_example
 from mmspec import load_plugin
 from mmspec.plugins.ptp.registers import RegisterSet
 
+pytestmark = pytest.mark.train
+
 
 LR = 2e-3
 

@@ -8,6 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+pytestmark = pytest.mark.train
+
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "train_text_pair.py"
 
 

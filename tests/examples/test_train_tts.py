@@ -4,6 +4,7 @@ TTSPipeline that speaks."""
 
 import json
 
+import pytest
 import torch
 
 from mmspec.speech.codec import SpectralRVQCodec
@@ -11,6 +12,8 @@ from mmspec.speech.tts_data import load_tts_test_set
 from mmspec.speech.tts_pipeline import TTSPipeline
 
 from run_example import run_example
+
+pytestmark = pytest.mark.train
 
 TINY_CODEC = json.dumps(dict(dim=32, ffn=64, fine_dim=16, encoder_blocks=1, decoder_blocks=1, fine_blocks=1,
                              codebook_size=32))

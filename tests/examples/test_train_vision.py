@@ -8,6 +8,8 @@ from safetensors.torch import load_file
 
 from run_example import run_example
 
+pytestmark = pytest.mark.train
+
 run = run_example
 
 

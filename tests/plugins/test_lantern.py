@@ -524,6 +524,7 @@ def test_lantern_beside_ar_and_saved_with_its_head(tmp_path, torch_kernels):
     assert torch.equal(after.tokens, before.tokens) and after.stats.drafter_nfe > 0
 
 
+@pytest.mark.train
 def test_train_eagle_head_for_a_hf_model_resumes_to_identical_weights(tmp_path):
     """`train_eagle_head` (what `mmspec train-head` runs) on a tiny Janus: a run stopped at step 2 and resumed
     from its work folder ends with the weights of a straight run; the head loads with head_path and drafts."""

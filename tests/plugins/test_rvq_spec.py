@@ -353,6 +353,7 @@ def test_save_and_reload_keeps_the_offsets(bundled, tmp_path, torch_kernels):
 
 
 # --------------------------------------------------------------------------------------------- training
+@pytest.mark.train
 def test_offset_training_lowers_the_loss_and_resumes_to_the_same_offsets(tmp_path, capsys):
     common = ["--num-texts", "4", "--num-validation", "2", "--max-frames", "30", "--steps", "40",
               "--batch-frames", "32", "--checkpoint-every", "20"]

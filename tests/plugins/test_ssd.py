@@ -193,6 +193,7 @@ def test_bad_inputs():
                       grid=(GRID, GRID))
 
 
+@pytest.mark.train
 def test_train_ssd_heads_for_a_hf_model_resumes_to_identical_weights(tmp_path):
     """`train_ssd_heads` (what `mmspec train-head ssd` runs) on a tiny Janus: both heads' held-out expected
     acceptance rises; a run stopped at step 3 and resumed from its work folder ends with a straight run's

@@ -8,7 +8,7 @@ from mmspec.speech.data import load_test_set
 from mmspec.speech.metrics import error_rates
 from mmspec.speech.pipeline import bundled_pipeline
 
-pytestmark = pytest.mark.usefixtures("torch_kernels_module")  # 24 utterances: kernels have their own tests
+pytestmark = [pytest.mark.usefixtures("torch_kernels_module"), pytest.mark.e2e]  # 24 utterances: kernels have their own tests
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ The shipped TTS weights are not yet intelligible (Whisper WER near 100 %, docs/t
 what they do reach: a broken checkpoint, codec or decode path (silence, noise, runaway or empty outputs)
 fails it."""
 
+import pytest
 import soundfile
 import torch
 
@@ -14,6 +15,8 @@ from mmspec.speech.judge import WhisperJudge
 from mmspec.speech.metrics import error_rates
 from mmspec.speech.tts_data import load_tts_test_set
 from mmspec.speech.tts_pipeline import TTSPipeline
+
+pytestmark = pytest.mark.e2e
 
 
 def bundled():

@@ -3,7 +3,6 @@
 Everything but the bundled-model tests runs on tiny random models, so it checks the code, not the weights.
 """
 
-import os
 import warnings
 
 import numpy as np
@@ -66,6 +65,7 @@ def test_codec_rejects_bad_codes_and_waves():
         codec.encode(torch.zeros(1, 1000), torch.tensor([2000]))
 
 
+@pytest.mark.train
 def test_codec_training_losses_fall():
     import soundfile
 
@@ -206,6 +206,7 @@ def test_a_codec_that_does_not_match_the_model_is_refused():
         TTSPipeline(model, CharTokenizer(), SpectralRVQCodec(**TINY_CODEC))
 
 
+@pytest.mark.train
 def test_training_losses_backpropagate_into_both_levels():
     from transformers import CsmForConditionalGeneration
 

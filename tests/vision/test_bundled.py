@@ -12,7 +12,7 @@ from mmspec.vision.pipeline import ARImagePipeline
 
 
 # The Triton path is covered by test_kernels; under the interpreter these decode loops would take minutes.
-pytestmark = pytest.mark.usefixtures("torch_kernels_module")
+pytestmark = [pytest.mark.usefixtures("torch_kernels_module"), pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,12 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
 import torch
 
 from mmspec.common import cli
+
+pytestmark = pytest.mark.e2e
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -18,7 +18,26 @@ from .registry import get_plugin_class, pipeline_class_name, pipeline_spec, plug
 # mistakes in the arguments answer at once; each command imports what it runs.
 
 
+# The README's plugin table lists modalities in this order (others after them, alphabetically).
+MODALITY_ORDER = ("any", "text", "vision", "speech", "docs")
+
+
+def plugin_table(summaries) -> str:
+    """The markdown table of `summaries` (`mmspec list --markdown`; the README's plugin table is this output,
+    checked by tests/common/test_readme.py)."""
+    order = {m: i for i, m in enumerate(MODALITY_ORDER)}
+    rows = sorted(summaries, key=lambda s: (order.get(s.modality, len(order)), s.modality, s.name))
+    lines = ["| name | modality | lossless | method |", "|---|---|---|---|"]
+    for s in rows:
+        lossless = s.lossless_text or ("yes" if s.lossless else "no")
+        lines.append(f"| `{s.name}` | {s.modality} | {lossless} | {s.method or s.paper} |")
+    return "\n".join(lines)
+
+
 def cmd_list(args) -> int:
+    if args.markdown:
+        print(plugin_table(plugin_summaries(args.modality)))
+        return 0
     rows = [(s.name, s.modality, "yes" if s.lossless else "no", s.paper) for s in plugin_summaries(args.modality)]
     widths = [max(len(str(r[i])) for r in rows + [("name", "modality", "lossless", "paper")]) for i in range(3)]
     print(f"{'name':<{widths[0]}}  {'modality':<{widths[1]}}  {'lossless':<{widths[2]}}  paper")
@@ -378,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list registered plugins")
     p.add_argument("--modality", default=None)
+    p.add_argument("--markdown", action="store_true", help="a markdown table: name, modality, lossless, method")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("bench", help="plain AR vs a plugin on the same model, inputs and seeds")

@@ -56,6 +56,8 @@ class PluginSummary:
     module: str | None = None  # imports and registers the plugin class (None: registered some other way)
     config: str | None = None  # "module:Class" of its config dataclass (None: no settings)
     default_model: str | None = None  # None: its modality's default bundled model
+    method: str = ""  # one line on what it does (the README's plugin table)
+    lossless_text: str | None = None  # the table's lossless cell where yes / no says too little ("strict: yes")
 
     def config_class(self) -> type:
         """The config dataclass, imported without torch."""

@@ -117,6 +117,56 @@ def _pad_left(ids: torch.Tensor, mask: torch.Tensor, width: int, pad: int) -> tu
 
 
 @dataclass
+class Requests:
+    """Every request of one decode call, in call order (the given rows, then arrivals): prompts, generators, what
+    each has produced so far and the ones still waiting for a place in the batch. Grows when requests arrive."""
+
+    ids: torch.Tensor  # [N, T] long; left-aligned prompts
+    mask: torch.Tensor  # [N, T] bool
+    generator: object  # None, one torch.Generator, or a list of N (request i draws from generator[i] only)
+    out: torch.Tensor  # [N, max_new_tokens] long; generated tokens, padded with the decoder's pad_token_id
+    produced: torch.Tensor  # [N] long; tokens generated so far (EOS included)
+    forwards: torch.Tensor  # [N] long; decode steps each request took part in (no host sync to count)
+    committed: torch.Tensor  # [N] long; tokens committed to each (before EOS / length cuts)
+    waiting: list[int]  # requests not admitted yet, in call order
+
+    @classmethod
+    def start(cls, ids, mask, generator, width: int, max_new_tokens: int, pad_token_id: int) -> "Requests":
+        """The call's requests, the first `width` admitted at once."""
+        total, device = ids.shape[0], ids.device
+        zeros = lambda: torch.zeros(total, dtype=torch.long, device=device)  # noqa: E731
+        return cls(ids, mask, generator, torch.full((total, max_new_tokens), pad_token_id, dtype=torch.long,
+                                                    device=device),
+                   zeros(), zeros(), zeros(), list(range(width, total)))
+
+    def generators(self, rows: torch.Tensor):
+        """The generator argument for requests `rows` (one per row when the call has one per request)."""
+        return [self.generator[i] for i in rows.tolist()] if isinstance(self.generator, list) else self.generator
+
+    def enlist(self, arrived: "ArrivingRows", pad_token_id: int) -> None:
+        """Add arriving requests after the others, waiting to be admitted as places allow."""
+        new_ids, new_mask, _ = left_align(arrived.input_ids, arrived.attention_mask)
+        n, device = new_ids.shape[0], self.ids.device
+        if isinstance(self.generator, list) != (arrived.generator is not None):
+            raise ValueError("arriving rows need one generator each exactly when the call has one per row")
+        if arrived.generator is not None and len(arrived.generator) != n:
+            raise ValueError(f"{n} arriving rows came with {len(arrived.generator)} generators")
+        width = max(self.ids.shape[1], new_ids.shape[1])
+        ids, mask = _pad_left(self.ids, self.mask, width, 0)
+        new_ids, new_mask = _pad_left(new_ids.to(device), new_mask.to(device), width, 0)
+        self.waiting.extend(range(ids.shape[0], ids.shape[0] + n))
+        grow = lambda t, fill: torch.cat([t, t.new_full((n, *t.shape[1:]), fill)])  # noqa: E731
+        self.ids, self.mask = torch.cat([ids, new_ids]), torch.cat([mask, new_mask])
+        if arrived.generator is not None:
+            self.generator = self.generator + list(arrived.generator)
+        self.out, self.produced = grow(self.out, pad_token_id), grow(self.produced, 0)
+        self.forwards, self.committed = grow(self.forwards, 0), grow(self.committed, 0)
+
+    def finished(self, index: torch.Tensor) -> "FinishedRows":
+        return FinishedRows(index, self.out[index], self.produced[index], self.forwards[index], self.committed[index])
+
+
+@dataclass
 class FinishedRows:
     """The rows that finished at one decode step: the step callback's info["finished"] (None on steps where none
     did), so a caller can hand each request's output on before the whole call returns (`mmspec batch` writes
@@ -170,7 +220,8 @@ decoder that retires rows one by one adds "finished" (`FinishedRows`, or None on
 
     A decoder that also takes `max_batch_size=` decodes at most that many rows at once and, as rows
     finish, admits the waiting ones into their places (continuous batching); `refill_blocker()` returns
-    None when it can, else why not (`Pipeline.run_decoder` then runs batches one after another). Such a
+    None when it can, else why not (`Pipeline.build_decoder` then wraps it in `BatchesInTurn`, which runs
+    batches one after another, so every decoder a pipeline runs takes the whole signature). Such a
     decoder also takes `arrivals=`: a callable (step, info) -> `ArrivingRows` | None, asked after every step
     (info as the callback's, plus "sequences" [N, max_new_tokens] and "lengths" [N], every request's output
     so far), whose rows join the call as new requests after the given ones, in arrival order.
@@ -180,6 +231,62 @@ decoder that retires rows one by one adds "finished" (`FinishedRows`, or None on
                  max_new_tokens: int, generator=None, prefill_input: tuple | None = None,
                  callback=None) -> "GenerationOutput":
         ...
+
+
+def refill_blocker(decoder) -> str | None:
+    """None when `decoder` does continuous batching (takes `max_batch_size=` and `arrivals=`), else why it does
+    not. A decoder says so with its `refill_blocker()`; one that has none (a third party's, written to the bare
+    `generate` contract) runs a batch until its last row finishes."""
+    check = getattr(decoder, "refill_blocker", None)  # optional in the Decoder protocol
+    if check is None:
+        return f"{type(decoder).__name__} runs a batch until its last row finishes"
+    return check()
+
+
+class BatchesInTurn:
+    """A decoder that cannot admit rows into a running batch, given the whole `Decoder` signature: with
+    max_batch_size below the number of rows it decodes them in batches of that size, one after another (each
+    row's output is what decoding it alone gives); arrivals= is refused with the reason. `Pipeline.build_decoder`
+    wraps such decoders in it once, so a pipeline runs every decoder with one call."""
+
+    def __init__(self, decoder, target: ARModel, blocker: str):
+        self.decoder, self.target, self.blocker = decoder, target, blocker
+
+    def refill_blocker(self) -> str:
+        return self.blocker
+
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                 max_new_tokens: int, generator=None, prefill_input: tuple | None = None, callback=None,
+                 max_batch_size: int | None = None, arrivals=None) -> "GenerationOutput":
+        check_max_batch_size(max_batch_size)
+        if arrivals is not None:
+            raise ValueError(f"arrivals= needs continuous batching, but {self.blocker}")
+        total = input_ids.shape[0]
+        if max_batch_size is None or max_batch_size >= total:
+            return self.decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens,
+                                         generator=generator, prefill_input=prefill_input, callback=callback)
+        generator = check_generators(generator, total)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+        parts, stats = [], DecodeStats()
+        for start in range(0, total, max_batch_size):
+            rows = torch.arange(start, min(start + max_batch_size, total))
+            part_input = None if prefill_input is None else \
+                self.target.prefill_input_rows(prefill_input, rows.to(prefill_input[0].device), total)
+
+            def shifted(step, info, offset=start):  # the callback sees row indices of the whole call
+                done = info.get("finished")
+                callback(step, {**info, "rows": info["rows"] + offset,
+                                "finished": None if done is None else done.shifted(offset)})
+
+            parts.append(self.decoder.generate(
+                input_ids[rows], attention_mask[rows], max_new_tokens=max_new_tokens,
+                generator=[generator[i] for i in rows.tolist()] if isinstance(generator, list) else generator,
+                prefill_input=part_input, callback=None if callback is None else shifted))
+            stats = stats.merge(parts[-1].stats)
+        stats.num_rows = total
+        return GenerationOutput(sequences=torch.cat([p.sequences for p in parts]),
+                                lengths=torch.cat([p.lengths for p in parts]), stats=stats)
 
 
 def autoregressive_decoder(request) -> "SpeculativeDecoder":
@@ -252,14 +359,9 @@ class SpeculativeDecoder:
         device = self.target.device
         if self.drafter is not None:
             self.drafter.begin(ids[:width, :-1], mask[:width, :-1])
-
-        out = torch.full((total, max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
-        produced = torch.zeros(total, dtype=torch.long, device=device)
-        row_forwards = torch.zeros(total, dtype=torch.long, device=device)  # per-row statistics, no host sync
-        row_committed = torch.zeros(total, dtype=torch.long, device=device)
-        rows = torch.arange(width, device=device)  # original index of each active row
-        waiting = list(range(width, total))  # rows not admitted yet, in input order
-        ctx = self._context(rows, ids, mask, generator, max_new_tokens)
+        req = Requests.start(ids, mask, generator, width, max_new_tokens, self.pad_token_id)
+        rows = torch.arange(width, device=device)  # the request each active row decodes
+        ctx = self._context(rows, req, max_new_tokens)
         step = 0
         while rows.numel():
             draft = self._draft(ctx, stats)
@@ -271,13 +373,13 @@ class SpeculativeDecoder:
             stats.record_step(committed, draft.num_tokens if draft.tree is None else draft.tree.max_depth,
                               draft.lengths, acc.path_nodes if static_tree else None,
                               draft.tree.num_nodes if static_tree else 0)
-            row_forwards[rows] += 1
-            row_committed[rows] += committed
+            req.forwards[rows] += 1
+            req.committed[rows] += committed
             with stats.timer("accept", device):
                 self._keep(state, draft, acc)
                 self.target.crop(state, ctx.positions + committed)
-                finished = self._write(out, produced, rows, acc, max_new_tokens)
-                remaining = max_new_tokens - produced[rows]
+                finished = self._write(req.out, req.produced, rows, acc, max_new_tokens)
+                remaining = max_new_tokens - req.produced[rows]
                 # The step's one host sync: whether rows finished, the longest accepted run (drafters size
                 # their rollback with it) and a lower bound of what the rows still need (sizes the next verify).
                 any_finished, acc.max_accepted, ctx.min_remaining = torch.stack([
@@ -287,20 +389,14 @@ class SpeculativeDecoder:
                     self.drafter.commit(ctx, acc, target_probs, verify_output)
                 ctx.last_tokens, ctx.positions, ctx.remaining = acc.next_tokens, ctx.positions + committed, remaining
                 if callback is not None:
-                    done = None
-                    if any_finished:
-                        index = rows[finished]
-                        done = FinishedRows(index, out[index], produced[index], row_forwards[index],
-                                            row_committed[index])
                     callback(step, {"rows": rows, "tokens": acc.tokens, "num_accepted": acc.num_accepted,
-                                    "finished": done})
+                                    "finished": req.finished(rows[finished]) if any_finished else None})
                 if arrivals is not None:
                     arrived = arrivals(step, {"rows": rows, "tokens": acc.tokens, "num_accepted": acc.num_accepted,
-                                              "sequences": out, "lengths": produced})
+                                              "sequences": req.out, "lengths": req.produced})
                     if arrived is not None and arrived.input_ids.shape[0]:
-                        ids, mask, generator, out, produced, row_forwards, row_committed = self._enlist(
-                            arrived, waiting, ids, mask, generator, out, produced, row_forwards, row_committed)
-                        stats.num_rows = ids.shape[0]
+                        req.enlist(arrived, self.pad_token_id)
+                        stats.num_rows = req.ids.shape[0]
                 if any_finished:
                     keep = (~finished).nonzero().flatten()
                     rows = rows[keep]
@@ -312,63 +408,43 @@ class SpeculativeDecoder:
                     if isinstance(ctx.generator, list):
                         ctx.generator = [ctx.generator[i] for i in keep.tolist()]
                 free = limit - rows.numel()
-                if waiting and free > 0 and (free >= min(self.admit_at_least, len(waiting)) or not rows.numel()):
-                    rows, ctx = self._admit(state, ctx, rows, waiting, limit, ids, mask, prefill_input,
-                                            generator, max_new_tokens, stats)
+                if req.waiting and free > 0 and (free >= min(self.admit_at_least, len(req.waiting))
+                                                 or not rows.numel()):
+                    rows, ctx = self._admit(state, ctx, rows, req, limit, prefill_input, max_new_tokens, stats)
             step += 1
-        stats.tokens = int(produced.sum())
-        stats.row_forwards, stats.row_committed = torch.stack([row_forwards, row_committed]).tolist()
+        stats.tokens = int(req.produced.sum())
+        stats.row_forwards, stats.row_committed = torch.stack([req.forwards, req.committed]).tolist()
         stats.time_total_s = time.perf_counter() - start
-        return GenerationOutput(sequences=out, lengths=produced, stats=stats)
+        return GenerationOutput(sequences=req.out, lengths=req.produced, stats=stats)
 
-    def _context(self, rows: torch.Tensor, ids, mask, generator, max_new_tokens: int) -> StepContext:
-        """The step context of requests `rows` (indices into the call's ids / mask) before their first step."""
-        return StepContext(last_tokens=ids[rows, -1], positions=mask[rows].sum(1) - 1,
+    def _context(self, rows: torch.Tensor, req: Requests, max_new_tokens: int) -> StepContext:
+        """The step context of requests `rows` before their first step."""
+        return StepContext(last_tokens=req.ids[rows, -1], positions=req.mask[rows].sum(1) - 1,
                            num_draft_tokens=self.num_draft_tokens, logits=self.logits,
-                           generator=[generator[i] for i in rows.tolist()] if isinstance(generator, list)
-                           else generator,
+                           generator=req.generators(rows),
                            remaining=torch.full((rows.numel(),), max_new_tokens, dtype=torch.long,
                                                 device=rows.device), min_remaining=max_new_tokens,
                            requests=rows)
 
-    def _enlist(self, arrived: ArrivingRows, waiting: list, ids, mask, generator, out, produced, row_forwards,
-                row_committed):
-        """Add arriving requests after the call's rows (to be admitted as places allow); returns the grown
-        per-request tensors."""
-        new_ids, new_mask, _ = left_align(arrived.input_ids, arrived.attention_mask)
-        n, device = new_ids.shape[0], ids.device
-        if isinstance(generator, list) != (arrived.generator is not None):
-            raise ValueError("arriving rows need one generator each exactly when the call has one per row")
-        if arrived.generator is not None and len(arrived.generator) != n:
-            raise ValueError(f"{n} arriving rows came with {len(arrived.generator)} generators")
-        width = max(ids.shape[1], new_ids.shape[1])
-        ids, mask = _pad_left(ids, mask, width, 0)
-        new_ids, new_mask = _pad_left(new_ids.to(device), new_mask.to(device), width, 0)
-        waiting.extend(range(ids.shape[0], ids.shape[0] + n))
-        grow = lambda t, fill: torch.cat([t, t.new_full((n, *t.shape[1:]), fill)])  # noqa: E731
-        return (torch.cat([ids, new_ids]), torch.cat([mask, new_mask]),
-                generator + list(arrived.generator) if arrived.generator is not None else generator,
-                grow(out, self.pad_token_id), grow(produced, 0), grow(row_forwards, 0), grow(row_committed, 0))
-
-    def _admit(self, state, ctx: StepContext, rows, waiting: list, width: int, ids, mask, prefill_input,
-               generator, max_new_tokens: int, stats: DecodeStats):
-        """Prefill the next waiting rows into the places finished rows left (continuous batching)."""
-        take = torch.tensor(waiting[: width - rows.numel()], dtype=torch.long)
-        del waiting[: take.numel()]
+    def _admit(self, state, ctx: StepContext, rows, req: Requests, width: int, prefill_input, max_new_tokens: int,
+               stats: DecodeStats):
+        """Prefill the next waiting requests into the places finished rows left (continuous batching)."""
+        take = torch.tensor(req.waiting[: width - rows.numel()], dtype=torch.long)
+        del req.waiting[: take.numel()]
         with stats.timer("prefill", self.target.device):
-            new_state, fed = prefill_rows(self.target, ids, mask, prefill_input, take)
+            new_state, fed = prefill_rows(self.target, req.ids, req.mask, prefill_input, take)
         stats.prefill_nfe += fed
         self.target.append_rows(state, new_state)
         take = take.to(rows.device)
-        new_ctx = self._context(take, ids, mask, generator, max_new_tokens)
+        new_ctx = self._context(take, req, max_new_tokens)
         if self.drafter is not None:
-            self.drafter.admit(ids[take, :-1], mask[take, :-1], new_ctx)
+            self.drafter.admit(req.ids[take, :-1], req.mask[take, :-1], new_ctx)
         stats.add("admitted_rows", take.numel())
         merged = StepContext(
             last_tokens=torch.cat([ctx.last_tokens, new_ctx.last_tokens]),
             positions=torch.cat([ctx.positions, new_ctx.positions]), num_draft_tokens=self.num_draft_tokens,
-            logits=self.logits, generator=ctx.generator + new_ctx.generator if isinstance(generator, list)
-            else generator, remaining=torch.cat([ctx.remaining, new_ctx.remaining]),
+            logits=self.logits, generator=ctx.generator + new_ctx.generator if isinstance(req.generator, list)
+            else req.generator, remaining=torch.cat([ctx.remaining, new_ctx.remaining]),
             min_remaining=min(ctx.min_remaining, new_ctx.min_remaining),
             requests=torch.cat([ctx.requests, new_ctx.requests]))
         return torch.cat([rows, take]), merged

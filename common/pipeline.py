@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from .config import PIPELINE_FILE, PLUGIN_FILE  # noqa: F401  (re-exported)
-from .decoder import Decoder, GenerationOutput, autoregressive_decoder, check_max_batch_size
+from .decoder import (BatchesInTurn, Decoder, GenerationOutput, autoregressive_decoder,  # noqa: F401
+                      check_max_batch_size, refill_blocker)  # (refill_blocker: re-exported for the pipelines)
 from .errors import join_named
 from .request import DecodeRequest
 from .stats import DecodeStats
@@ -234,14 +235,6 @@ def hand_on_all(outputs: list, stats: DecodeStats, on_sample_done) -> DecodeStat
     return stats
 
 
-def refill_blocker(decoder) -> str | None:
-    """None when `decoder` does continuous batching (takes `max_batch_size=`), else why it does not."""
-    check = getattr(decoder, "refill_blocker", None)
-    if check is None:
-        return f"{type(decoder).__name__} runs a batch until its last row finishes"
-    return check()
-
-
 class Pipeline:
     """Base of every mmspec pipeline. Subclasses set `modality` and implement `token_structure`,
     `__call__` and the bench protocol; the rest has working defaults."""
@@ -265,14 +258,17 @@ class Pipeline:
 
     # --- the decode hook ------------------------------------------------------------------------
     def build_decoder(self, request: DecodeRequest) -> Decoder:
-        """The attached plugin's decoder for `request`; plain AR when none is attached."""
+        """The attached plugin's decoder for `request` (plain AR when none is attached), taking the whole
+        `Decoder` signature: one that cannot admit rows is wrapped in `BatchesInTurn`."""
         if self.plugin is None:
-            return autoregressive_decoder(request)
-        decoder = self.plugin.build_decoder(self, request)
-        if not isinstance(decoder, Decoder):
-            raise TypeError(f"plugin {self.plugin.name!r} built a {type(decoder).__name__}, which does "
-                            "not implement the Decoder protocol (generate(...) -> GenerationOutput)")
-        return decoder
+            decoder = autoregressive_decoder(request)
+        else:
+            decoder = self.plugin.build_decoder(self, request)
+            if not isinstance(decoder, Decoder):
+                raise TypeError(f"plugin {self.plugin.name!r} built a {type(decoder).__name__}, which does not "
+                                "implement the Decoder protocol (generate(...) -> GenerationOutput)")
+        blocker = refill_blocker(decoder)
+        return decoder if blocker is None else BatchesInTurn(decoder, request.target, blocker)
 
     def run_decoder(self, request: DecodeRequest, input_ids, attention_mask=None, *, max_new_tokens: int,
                     generator=None, prefill_input: tuple | None = None, callback=None,
@@ -283,56 +279,12 @@ class Pipeline:
         None) admits waiting rows as others finish (continuous batching); any other runs the rows in
         batches one after another. Either way each row's output is the same as decoding it alone.
         arrivals: requests that join while the decode runs (see `Decoder`); needs a decoder that admits rows."""
-        decoder = self.build_decoder(request)
-        total = input_ids.shape[0]
         check_max_batch_size(max_batch_size)
-        if arrivals is not None:  # rows join while it runs: only a decoder that admits rows can take them
-            blocker = refill_blocker(decoder)
-            if blocker is not None:
-                raise ValueError(f"arrivals= needs continuous batching, but {blocker}")
-            return decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
-                                    prefill_input=prefill_input, callback=callback, max_batch_size=max_batch_size,
-                                    arrivals=arrivals)
-        if max_batch_size is None or max_batch_size >= total:
-            return decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
-                                    prefill_input=prefill_input, callback=callback)
-        if refill_blocker(decoder) is None:
-            return decoder.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
-                                    prefill_input=prefill_input, callback=callback, max_batch_size=max_batch_size)
-        return self._run_in_chunks(request, decoder, input_ids, attention_mask, max_new_tokens, generator,
-                                   prefill_input, callback, max_batch_size)
-
-    @staticmethod
-    def _run_in_chunks(request, decoder, input_ids, attention_mask, max_new_tokens, generator, prefill_input,
-                       callback, size) -> GenerationOutput:
-        """Rows in batches of `size`, one after another (decoders without continuous batching)."""
-        import torch
-
-        from .logits import check_generators
-
-        total = input_ids.shape[0]
-        generator = check_generators(generator, total)
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
-        parts, stats = [], DecodeStats()
-        for start in range(0, total, size):
-            rows = torch.arange(start, min(start + size, total))
-            part_input = None if prefill_input is None else \
-                request.target.prefill_input_rows(prefill_input, rows.to(prefill_input[0].device), total)
-
-            def shifted(step, info, offset=start):  # the callback sees row indices of the whole call
-                done = info.get("finished")
-                callback(step, {**info, "rows": info["rows"] + offset,
-                                "finished": None if done is None else done.shifted(offset)})
-
-            parts.append(decoder.generate(
-                input_ids[rows], attention_mask[rows], max_new_tokens=max_new_tokens,
-                generator=[generator[i] for i in rows.tolist()] if isinstance(generator, list) else generator,
-                prefill_input=part_input, callback=None if callback is None else shifted))
-            stats = stats.merge(parts[-1].stats)
-        stats.num_rows = total
-        return GenerationOutput(sequences=torch.cat([p.sequences for p in parts]),
-                                lengths=torch.cat([p.lengths for p in parts]), stats=stats)
+        if arrivals is None and max_batch_size is not None and max_batch_size >= input_ids.shape[0]:
+            max_batch_size = None  # every row fits at once: the decoder's plain path
+        return self.build_decoder(request).generate(
+            input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
+            prefill_input=prefill_input, callback=callback, max_batch_size=max_batch_size, arrivals=arrivals)
 
     # --- plugins side by side --------------------------------------------------------------------
     def with_plugin(self, plugin) -> "Pipeline":

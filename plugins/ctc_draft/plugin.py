@@ -246,9 +246,14 @@ class CTCDraftDecoder:
 
     @torch.no_grad()
     def generate(self, input_ids, attention_mask=None, *, max_new_tokens: int, generator=None,
-                 prefill_input=None, callback=None, max_batch_size: int | None = None) -> GenerationOutput:
+                 prefill_input=None, callback=None, max_batch_size: int | None = None,
+                 arrivals=None) -> GenerationOutput:
         """max_batch_size: the decoder runs at most this many of the utterances the gate leaves at once, admitting
-        the next as others finish (continuous batching; see `refill_blocker`)."""
+        the next as others finish (continuous batching; see `refill_blocker`). arrivals: not taken — the gate
+        drafts from the encoder output of the utterances given (`DecodeRequest.conditioning`)."""
+        if arrivals is not None:
+            raise ValueError("ctc_draft takes no arrivals=: its drafts come from the encoder output of the "
+                             "utterances the call was given; start a new call for new audio")
         config, logits = self.plugin.config, self.request.logits
         eos = self.recognizer.eos_token_id
         begin = time.perf_counter()

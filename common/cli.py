@@ -18,15 +18,10 @@ from .registry import get_plugin_class, pipeline_class_name, pipeline_spec, plug
 # mistakes in the arguments answer at once; each command imports what it runs.
 
 
-# The README's plugin table lists modalities in this order (others after them, alphabetically).
-MODALITY_ORDER = ("any", "text", "vision", "speech", "docs")
-
-
 def plugin_table(summaries) -> str:
     """The markdown table of `summaries` (`mmspec list --markdown`; the README's plugin table is this output,
-    checked by tests/common/test_readme.py)."""
-    order = {m: i for i, m in enumerate(MODALITY_ORDER)}
-    rows = sorted(summaries, key=lambda s: (order.get(s.modality, len(order)), s.modality, s.name))
+    checked by tests/common/test_readme.py): modality-free plugins first, then by modality and name."""
+    rows = sorted(summaries, key=lambda s: (s.modality != "any", s.modality, s.name))
     lines = ["| name | modality | lossless | method |", "|---|---|---|---|"]
     for s in rows:
         lossless = s.lossless_text or ("yes" if s.lossless else "no")

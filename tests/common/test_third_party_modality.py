@@ -17,6 +17,8 @@ from mmspec.common.cli import main
 from mmspec.common.loading import load_plugin
 from mmspec.common.registry import bundled_models, get_pipeline_class, list_pipelines, list_plugins
 
+pytestmark = pytest.mark.e2e
+
 MODULE = '''
 """mmspec-loops: a toy modality. Token sequences that loop with a period; the `loop_draft` plugin drafts
 the token one period back (a structure only this modality offers) and verifies by greedy match."""
@@ -35,8 +37,6 @@ from mmspec.common.plugin import DecodeRequest, Plugin
 from mmspec.common.registry import field_range, register_bundled_model
 from mmspec.common.stats import DecodeStats
 from mmspec.common.structure import TokenStructure
-
-pytestmark = pytest.mark.e2e
 
 VOCAB = 16
 

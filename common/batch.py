@@ -48,8 +48,7 @@ from pathlib import Path
 
 from .manifest import (ID_PATTERN, RESERVED_FIELDS, Sample, check_lines, path_field,  # noqa: F401
                        read_manifest, text_field)
-from .batch_call import (call_line, file_digest, finished_record, generate_batch, record_path,  # noqa: F401
-                         summed_stats, write_atomic, write_json_atomic)
+from .batch_call import file_digest, finished_record, generate_batch, summed_stats, write_atomic, write_json_atomic
 from .pipeline import BatchProgress
 from .stats import DecodeStats
 
@@ -151,10 +150,10 @@ def read_run_logs(out: Path) -> tuple[DecodeStats, list[dict]]:
             stats = DecodeStats(**{k: v for k, v in line["stats"].items() if k in DecodeStats.__dataclass_fields__})
             total = total.merge(stats)
             call_seconds[line.get("call")] = line["seconds"]
-        seconds = sum(call_seconds.values()) + sum(v for k, v in sample_seconds.items() if k not in call_seconds)
-        killed = sum(1 for k in sample_seconds if k not in call_seconds)
-        runs.append({"log": path.name, "samples": samples, "seconds": round(seconds, 3),
-                     **({"unfinished_calls": killed} if killed else {})})
+        unfinished = [v for k, v in sample_seconds.items() if k not in call_seconds]  # calls a kill cut short
+        runs.append({"log": path.name, "samples": samples,
+                     "seconds": round(sum(call_seconds.values()) + sum(unfinished), 3),
+                     **({"unfinished_calls": len(unfinished)} if unfinished else {})})
     return total, runs
 
 

@@ -178,10 +178,6 @@ class FinishedRows:
     forwards: torch.Tensor  # [F] long; decode steps each row took part in
     committed: torch.Tensor  # [F] long; tokens committed to each row (before EOS / length cuts)
 
-    def shifted(self, offset: int) -> "FinishedRows":
-        """The same rows, numbered in a call that put `offset` rows before this one's."""
-        return FinishedRows(self.index + offset, self.sequences, self.lengths, self.forwards, self.committed)
-
     def renumbered(self, call_index: torch.Tensor) -> "FinishedRows":
         """The same rows, numbered by `call_index` [N] (row i of this decode is row call_index[i] of the call)."""
         return FinishedRows(call_index.to(self.index.device)[self.index], self.sequences, self.lengths,
@@ -233,6 +229,19 @@ decoder that retires rows one by one adds "finished" (`FinishedRows`, or None on
         ...
 
 
+def renumbered_callback(callback, call_rows: torch.Tensor):
+    """`callback` for a decode over some of a call's rows (row i of the decode is row call_rows[i] of the call):
+    it sees "rows" and "finished" numbered in the whole call. None stays None."""
+    if callback is None:
+        return None
+
+    def on_step(step, info):
+        done = info.get("finished")
+        callback(step, {**info, "rows": call_rows.to(info["rows"].device)[info["rows"]],
+                        "finished": None if done is None else done.renumbered(call_rows)})
+    return on_step
+
+
 def refill_blocker(decoder) -> str | None:
     """None when `decoder` does continuous batching (takes `max_batch_size=` and `arrivals=`), else why it does
     not. A decoder says so with its `refill_blocker()`; one that has none (a third party's, written to the bare
@@ -273,16 +282,10 @@ class BatchesInTurn:
             rows = torch.arange(start, min(start + max_batch_size, total))
             part_input = None if prefill_input is None else \
                 self.target.prefill_input_rows(prefill_input, rows.to(prefill_input[0].device), total)
-
-            def shifted(step, info, offset=start):  # the callback sees row indices of the whole call
-                done = info.get("finished")
-                callback(step, {**info, "rows": info["rows"] + offset,
-                                "finished": None if done is None else done.shifted(offset)})
-
             parts.append(self.decoder.generate(
                 input_ids[rows], attention_mask[rows], max_new_tokens=max_new_tokens,
                 generator=[generator[i] for i in rows.tolist()] if isinstance(generator, list) else generator,
-                prefill_input=part_input, callback=None if callback is None else shifted))
+                prefill_input=part_input, callback=renumbered_callback(callback, rows)))
             stats = stats.merge(parts[-1].stats)
         stats.num_rows = total
         return GenerationOutput(sequences=torch.cat([p.sequences for p in parts]),

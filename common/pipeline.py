@@ -280,8 +280,6 @@ class Pipeline:
         batches one after another. Either way each row's output is the same as decoding it alone.
         arrivals: requests that join while the decode runs (see `Decoder`); needs a decoder that admits rows."""
         check_max_batch_size(max_batch_size)
-        if arrivals is None and max_batch_size is not None and max_batch_size >= input_ids.shape[0]:
-            max_batch_size = None  # every row fits at once: the decoder's plain path
         return self.build_decoder(request).generate(
             input_ids, attention_mask, max_new_tokens=max_new_tokens, generator=generator,
             prefill_input=prefill_input, callback=callback, max_batch_size=max_batch_size, arrivals=arrivals)

@@ -259,23 +259,20 @@ class ASRPipeline(Pipeline):
         if max_batch_size is not None:
             texts, sequences, stats = self._transcribe(pieces, logits, max_new_tokens, piece_generators, batch_size,
                                                        max_batch_size, stream=stream)
-            if stream is not None:
-                stream.close(sequences, stats)
-            output = self._join_pieces(len(waves), owners, texts, sequences, stats, notes, max_new_tokens)
-            return output if return_dict else (output.texts,)
-        texts, sequences, stats = [], [], DecodeStats()
-        starts = range(0, len(pieces), batch_size)
-        with BatchProgress("transcribing", len(starts), len(pieces), "utterance", config=self._progress,
-                           disable=len(starts) < 2, per_batch=True) as progress:
-            for start in starts:
-                chunk = pieces[start:start + batch_size]
-                t, s, st = self._transcribe(chunk, logits, max_new_tokens,
-                                            piece_generators[start:start + batch_size], len(chunk),
-                                            stream=stream, offset=start)
-                texts += t
-                sequences += s
-                stats = stats.merge(st)
-                progress.update(len(chunk))
+        else:
+            texts, sequences, stats = [], [], DecodeStats()
+            starts = range(0, len(pieces), batch_size)
+            with BatchProgress("transcribing", len(starts), len(pieces), "utterance", config=self._progress,
+                               disable=len(starts) < 2, per_batch=True) as progress:
+                for start in starts:
+                    chunk = pieces[start:start + batch_size]
+                    t, s, st = self._transcribe(chunk, logits, max_new_tokens,
+                                                piece_generators[start:start + batch_size], len(chunk),
+                                                stream=stream, offset=start)
+                    texts += t
+                    sequences += s
+                    stats = stats.merge(st)
+                    progress.update(len(chunk))
         if stream is not None:
             stream.close(sequences, stats)
         output = self._join_pieces(len(waves), owners, texts, sequences, stats, notes, max_new_tokens)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from mmspec.common.accept import Acceptance, AcceptRule, Draft, GreedyMatch, SpeculativeSampling
-from mmspec.common.decoder import GenerationOutput, SpeculativeDecoder
+from mmspec.common.decoder import GenerationOutput, SpeculativeDecoder, renumbered_callback
 from mmspec.common.draft import Drafter
 from mmspec.common.plugin import DecodeRequest, Plugin
 from mmspec.common.registry import register_plugin
@@ -291,15 +291,10 @@ class CTCDraftDecoder:
                 loop.admit_at_least = max(1, math.ceil(max_batch_size * config.refill_admit_fraction))
             gens = [generator[b] for b in rows.tolist()] if isinstance(generator, list) else generator
             index = rows.to(input_ids.device)
-
-            def renumbered(step, info):  # the callback sees rows of the whole call, not of those the gate left
-                done = info.get("finished")
-                callback(step, {**info, "rows": index[info["rows"]],
-                                "finished": None if done is None else done.renumbered(index)})
-
             out = loop.generate(input_ids[index], None if attention_mask is None else attention_mask[index],
                                 max_new_tokens=max_new_tokens, generator=gens,
-                                callback=None if callback is None else renumbered, max_batch_size=max_batch_size)
+                                callback=renumbered_callback(callback, index),  # rows of the whole call
+                                max_batch_size=max_batch_size)
             stats = out.stats
             for b, seq in zip(rows.tolist(), out.tolist()):
                 sequences[b] = seq
